@@ -1,0 +1,288 @@
+// The only file that sees torch: argument checks, the PassParams set-up for the row and column
+// passes, the choice between the fused and the two-kernel path, and the operator registration
+// (torch.ops.axial_fused.axial_pass / axial_attention, CUDA and Meta kernels).
+#include <ATen/Context.h>
+#include <c10/cuda/CUDAStream.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/extension.h>
+#include <torch/library.h>
+
+#include <array>
+#include <atomic>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "axial_fused/params.h"
+
+namespace axial_fused {
+
+#define AXIAL_FUSED_SPEC(dt, d, h) const SpecInfo* spec_##dt##_##d##_##h();
+#include "specs.inc"
+#undef AXIAL_FUSED_SPEC
+
+namespace {
+
+const std::vector<const SpecInfo*>& registry() {
+  static const std::vector<const SpecInfo*> r = {
+#define AXIAL_FUSED_SPEC(dt, d, h) spec_##dt##_##d##_##h(),
+#include "specs.inc"
+#undef AXIAL_FUSED_SPEC
+  };
+  return r;
+}
+
+int dtype_code(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return kFloat32;
+    case at::kHalf: return kFloat16;
+    case at::kBFloat16: return kBFloat16;
+    default: return -1;
+  }
+}
+
+const SpecInfo* find_spec(int dtype, int64_t dim, int64_t heads) {
+  for (const SpecInfo* s : registry())
+    if (s->dtype == dtype && s->dim == dim && s->heads == heads) return s;
+  return nullptr;
+}
+
+struct DeviceInfo {
+  int sms = 0;
+  int smem_optin = 0;
+};
+
+const DeviceInfo& device_info(int device) {
+  static std::array<DeviceInfo, 64> infos;
+  static std::array<std::once_flag, 64> once;
+  TORCH_CHECK(device >= 0 && device < 64, "axial_fused: device index ", device, " out of range");
+  std::call_once(once[device], [device] {
+    cudaDeviceProp prop;
+    C10_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+    infos[device].sms = prop.multiProcessorCount;
+    infos[device].smem_optin = int(prop.sharedMemPerBlockOptin);
+  });
+  return infos[device];
+}
+
+// Path override for tests and benchmarks: -1 automatic, else a PassPath.
+std::atomic<int> g_path_override{-1};
+// Largest fused buffer (tokens per block) the automatic choice takes: beyond it, a sequence's
+// queries are better spread over several blocks (two-kernel path).
+std::atomic<int> g_fused_max_rows{128};
+
+struct Plan {
+  int path;
+  int group;
+};
+
+Plan plan_pass(const SpecInfo* spec, int64_t num_seq, int len, int math, int device) {
+  const DeviceInfo& dev = device_info(device);
+  const int align = spec->block_rows(math);
+  int group = 1;
+  if (len <= 64) {
+    const int64_t by_sms = num_seq / std::max(dev.sms, 1);
+    group = int(std::max<int64_t>(1, std::min<int64_t>(64 / len, by_sms)));
+  }
+  const int64_t rows = (int64_t(group) * len + align - 1) / align * align;
+  const bool fits = rows <= 0x7fffffff && spec->fused_smem_bytes(int(rows), math) <= size_t(dev.smem_optin);
+  const int forced = g_path_override.load();
+  if (forced == kPathFused) {
+    TORCH_CHECK(fits, "axial_fused: the fused path was forced but ", len, " tokens of dim ", spec->dim,
+                " do not fit in one block's shared memory on this device");
+    return {kPathFused, group};
+  }
+  if (forced == kPathTwoKernel) return {kPathTwoKernel, 1};
+  if (fits && rows <= g_fused_max_rows.load()) return {kPathFused, group};
+  return {kPathTwoKernel, 1};
+}
+
+void check_weight(const at::Tensor& w, const at::Tensor& x, const char* name, std::initializer_list<int64_t> shape) {
+  TORCH_CHECK_VALUE(w.sizes().equals(shape), "axial_fused: ", name, " has shape ", w.sizes(), ", expected ",
+                    at::IntArrayRef(shape));
+  TORCH_CHECK_VALUE(w.scalar_type() == x.scalar_type(), "axial_fused: ", name, " is ", w.scalar_type(),
+                    " but x is ", x.scalar_type(), "; the fused path needs one dtype");
+  TORCH_CHECK_VALUE(w.device() == x.device(), "axial_fused: ", name, " is on ", w.device(), " but x is on ",
+                    x.device());
+  TORCH_CHECK_VALUE(w.is_contiguous() && reinterpret_cast<uintptr_t>(w.data_ptr()) % 16 == 0, "axial_fused: ", name,
+                    " must be contiguous and 16-byte aligned for the fused path");
+}
+
+struct PassWeights {
+  const at::Tensor &norm_w, &norm_b, &qkv_w, &out_w, &out_b;
+};
+
+const SpecInfo* check_inputs(const at::Tensor& x, int64_t num_heads, const std::vector<PassWeights>& passes) {
+  TORCH_CHECK_VALUE(x.dim() == 4, "axial_fused: x must be [B, H, W, D], got ", x.dim(), " dimensions");
+  TORCH_CHECK_VALUE(x.is_cuda(), "axial_fused: the CUDA kernel got x on ", x.device());
+  const int dt = dtype_code(x.scalar_type());
+  TORCH_CHECK_VALUE(dt >= 0, "axial_fused: x is ", x.scalar_type(), "; supported: float32, float16, bfloat16");
+  const int64_t D = x.size(3);
+  TORCH_CHECK_VALUE(num_heads > 0 && D % num_heads == 0, "axial_fused: D = ", D, " is not divisible by num_heads = ",
+                    num_heads);
+  for (const auto& pw : passes) {
+    check_weight(pw.norm_w, x, "norm_weight", {D});
+    check_weight(pw.norm_b, x, "norm_bias", {D});
+    check_weight(pw.qkv_w, x, "qkv_weight", {3 * D, D});
+    check_weight(pw.out_w, x, "out_weight", {D, D});
+    check_weight(pw.out_b, x, "out_bias", {D});
+  }
+  TORCH_CHECK_VALUE(x.size(1) >= 1 && x.size(2) >= 1, "axial_fused: H and W must be at least 1, got x of shape ",
+                    x.sizes());
+  TORCH_CHECK_VALUE(x.stride(3) == 1 && x.stride(0) % 2 == 0 && x.stride(1) % 2 == 0 && x.stride(2) % 2 == 0 &&
+                        reinterpret_cast<uintptr_t>(x.data_ptr()) % (2 * x.element_size()) == 0,
+                    "axial_fused: x needs feature stride 1, even strides and an aligned data pointer; got strides ",
+                    x.strides());
+  const SpecInfo* spec = find_spec(dt, D, num_heads);
+  TORCH_CHECK_VALUE(spec != nullptr, "axial_fused: no compiled specialization for dtype ", x.scalar_type(), ", dim ", D,
+                    ", heads ", num_heads, " (see axial_fused.supported_configs())");
+  return spec;
+}
+
+// One pass from `in` to `out` (which may be the same tensor). axis 0: rows (sequences along W),
+// axis 1: columns (sequences along H).
+void run_pass(const SpecInfo* spec, const at::Tensor& in, const at::Tensor& out, const PassWeights& w, int64_t axis,
+              double eps) {
+  const int64_t B = in.size(0), H = in.size(1), W = in.size(2), D = in.size(3);
+  PassParams p;
+  std::memset(&p, 0, sizeof(p));
+  p.x = in.data_ptr();
+  p.out = out.data_ptr();
+  const int ax_seq = axis == 0 ? 1 : 2, ax_tok = axis == 0 ? 2 : 1;
+  p.num_seq = B * in.size(ax_seq);
+  p.seq_inner = in.size(ax_seq);
+  p.len = int(in.size(ax_tok));
+  p.x_stride_outer = in.stride(0);
+  p.x_stride_inner = in.stride(ax_seq);
+  p.x_stride_tok = in.stride(ax_tok);
+  p.o_stride_outer = out.stride(0);
+  p.o_stride_inner = out.stride(ax_seq);
+  p.o_stride_tok = out.stride(ax_tok);
+  if (p.num_seq == 0) return;
+  TORCH_CHECK_VALUE(H * W <= 0x7fffffffLL && in.size(ax_tok) <= (1 << 24), "axial_fused: grid too large: ", in.sizes());
+  p.ln_w = w.norm_w.data_ptr();
+  p.ln_b = w.norm_b.data_ptr();
+  p.w_qkv = w.qkv_w.data_ptr();
+  p.w_out = w.out_w.data_ptr();
+  p.b_out = w.out_b.data_ptr();
+  p.eps = float(eps);
+  p.scale_log2 = float(1.4426950408889634 / std::sqrt(double(D / spec->heads)));
+  p.math = (spec->dtype == kFloat32 && at::globalContext().allowTF32CuBLAS()) ? kTf32 : kExactFp32;
+
+  const int device = in.get_device();
+  const Plan plan = plan_pass(spec, p.num_seq, p.len, p.math, device);
+  p.path = plan.path;
+  p.group = plan.group;
+  at::Tensor scratch;
+  if (plan.path == kPathTwoKernel) {
+    const size_t need = spec->two_kernel_smem_bytes(p.math);
+    TORCH_CHECK(need <= size_t(device_info(device).smem_optin), "axial_fused: dim ", D, " in ", in.scalar_type(),
+                " needs ", need, " bytes of shared memory per block; this device allows ",
+                device_info(device).smem_optin);
+    scratch = at::empty({p.num_seq * p.len * 3 * D}, in.options());
+    p.scratch = scratch.data_ptr();
+  }
+  const cudaError_t err = spec->launch(p, c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).stream());
+  TORCH_CHECK(err == cudaSuccess, "axial_fused: kernel launch failed: ", cudaGetErrorString(err));
+}
+
+at::Tensor axial_pass_cuda(const at::Tensor& x, const at::Tensor& norm_w, const at::Tensor& norm_b,
+                           const at::Tensor& qkv_w, const at::Tensor& out_w, const at::Tensor& out_b, int64_t num_heads,
+                           int64_t axis, double eps) {
+  TORCH_CHECK_VALUE(axis == 0 || axis == 1, "axial_fused: axis must be 0 (row) or 1 (col), got ", axis);
+  const PassWeights w{norm_w, norm_b, qkv_w, out_w, out_b};
+  const SpecInfo* spec = check_inputs(x, num_heads, {w});
+  const c10::cuda::CUDAGuard guard(x.device());
+  at::Tensor out = at::empty(x.sizes(), x.options());
+  run_pass(spec, x, out, w, axis, eps);
+  return out;
+}
+
+at::Tensor axial_attention_cuda(const at::Tensor& x, const at::Tensor& rnw, const at::Tensor& rnb,
+                                const at::Tensor& rqkv, const at::Tensor& row, const at::Tensor& rob,
+                                const at::Tensor& cnw, const at::Tensor& cnb, const at::Tensor& cqkv,
+                                const at::Tensor& cow, const at::Tensor& cob, int64_t num_heads, double eps) {
+  const PassWeights row_w{rnw, rnb, rqkv, row, rob}, col_w{cnw, cnb, cqkv, cow, cob};
+  const SpecInfo* spec = check_inputs(x, num_heads, {row_w, col_w});
+  const c10::cuda::CUDAGuard guard(x.device());
+  at::Tensor out = at::empty(x.sizes(), x.options());
+  run_pass(spec, x, out, row_w, 0, eps);
+  run_pass(spec, out, out, col_w, 1, eps);  // in place: each element is read before it is written
+  return out;
+}
+
+// Shape-only implementations (meta / fake tensors): a new contiguous tensor like x.
+at::Tensor axial_pass_meta(const at::Tensor& x, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                           const at::Tensor&, const at::Tensor&, int64_t, int64_t, double) {
+  TORCH_CHECK_VALUE(x.dim() == 4, "axial_fused: x must be [B, H, W, D], got ", x.dim(), " dimensions");
+  return at::empty_symint(x.sym_sizes(), x.options());
+}
+at::Tensor axial_attention_meta(const at::Tensor& x, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t, double) {
+  TORCH_CHECK_VALUE(x.dim() == 4, "axial_fused: x must be [B, H, W, D], got ", x.dim(), " dimensions");
+  return at::empty_symint(x.sym_sizes(), x.options());
+}
+
+const char* dtype_name(int d) { return d == kFloat32 ? "float32" : d == kFloat16 ? "float16" : "bfloat16"; }
+
+}  // namespace
+
+TORCH_LIBRARY(axial_fused, m) {
+  m.def(
+      "axial_pass(Tensor x, Tensor norm_weight, Tensor norm_bias, Tensor qkv_weight, Tensor out_weight, "
+      "Tensor out_bias, int num_heads, int axis, float eps) -> Tensor");
+  m.def(
+      "axial_attention(Tensor x, Tensor row_norm_weight, Tensor row_norm_bias, Tensor row_qkv_weight, "
+      "Tensor row_out_weight, Tensor row_out_bias, Tensor col_norm_weight, Tensor col_norm_bias, "
+      "Tensor col_qkv_weight, Tensor col_out_weight, Tensor col_out_bias, int num_heads, float eps) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(axial_fused, CUDA, m) {
+  m.impl("axial_pass", &axial_pass_cuda);
+  m.impl("axial_attention", &axial_attention_cuda);
+}
+
+TORCH_LIBRARY_IMPL(axial_fused, Meta, m) {
+  m.impl("axial_pass", &axial_pass_meta);
+  m.impl("axial_attention", &axial_attention_meta);
+}
+
+}  // namespace axial_fused
+
+PYBIND11_MODULE(_C, m) {
+  using namespace axial_fused;
+  m.doc() = "axial_fused CUDA kernels; the operators are torch.ops.axial_fused.*";
+  m.def("compiled_specs", [] {
+    std::vector<std::tuple<std::string, int, int>> out;
+    for (const SpecInfo* s : registry()) out.emplace_back(dtype_name(s->dtype), s->dim, s->heads);
+    return out;
+  }, "(dtype, dim, heads) of every compiled specialization");
+  m.def("specs_option", [] { return std::string(AXIAL_FUSED_SPECS_OPTION); }, "AXIAL_FUSED_SPECS at build time");
+  m.def("compiled_archs", [] { return std::string(AXIAL_FUSED_ARCH_LIST); }, "the arch list this binary was built for");
+  m.def("build_info", [] {
+    return std::make_tuple(std::string(AXIAL_FUSED_TORCH_VERSION), int(CUDART_VERSION));
+  }, "(torch version, CUDA runtime version) at build time");
+  m.def("device_kernel_error", [](int device) {
+    // "" when this binary holds code the device can run, else CUDA's reason (no kernel image...).
+    if (registry().empty()) return std::string("no specialization compiled");
+    const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+    const cudaError_t e = registry().front()->probe();
+    if (e == cudaSuccess) return std::string();
+    cudaGetLastError();  // clear the sticky-free error this query leaves
+    return std::string(cudaGetErrorString(e));
+  });
+  m.def("set_path_override", [](int path) { g_path_override.store(path); },
+        "force a path for tests and benchmarks: -1 automatic, 0 fused, 1 two-kernel");
+  m.def("set_fused_max_rows", [](int rows) { g_fused_max_rows.store(rows); },
+        "largest fused buffer (tokens per block) the automatic choice takes");
+  m.def("device_smem_optin", [](int device) { return device_info(device).smem_optin; });
+  m.def("fits_device", [](const std::string& dtype, int dim, int heads, int device) {
+    // Whether the two-kernel path (the smaller) fits this device's shared memory, in either fp32 mode.
+    const int dt = dtype == "float32" ? kFloat32 : dtype == "float16" ? kFloat16 : kBFloat16;
+    const SpecInfo* s = find_spec(dt, dim, heads);
+    if (s == nullptr) return false;
+    const size_t limit = size_t(device_info(device).smem_optin);
+    return s->two_kernel_smem_bytes(kTf32) <= limit && s->two_kernel_smem_bytes(kExactFp32) <= limit;
+  });
+}

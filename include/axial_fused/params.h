@@ -1,0 +1,65 @@
+// The one parameter struct every axial_fused kernel takes (by value, __grid_constant__).
+// Plain C++: no torch headers, so kernel files compile fast. All strides are in elements.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <cuda_runtime_api.h>
+
+namespace axial_fused {
+
+enum DType : int { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
+
+// How float32 matrix products run (PyTorch's float32 matmul precision setting).
+enum MathMode : int { kExactFp32 = 0, kTf32 = 1 };
+
+// How one pass is executed.
+enum PassPath : int {
+  kPathFused = 0,     // one kernel: a group of whole sequences per block, q/k/v in shared memory
+  kPathTwoKernel = 1  // LN+QKV kernel -> q/k/v scratch in global memory -> attention+out-proj kernel
+};
+
+struct PassParams {
+  // The grid, seen as S sequences of L tokens of D features. Sequence s lives at
+  // (s / seq_inner) * stride_outer + (s % seq_inner) * stride_inner, token l at + l * stride_tok.
+  // The row pass and the column pass differ only in these strides.
+  const void* x;  // input  [.., D], feature stride 1
+  void* out;      // output [.., D], feature stride 1; may alias x (each element is read before it is written, by the same thread)
+  int64_t x_stride_outer, x_stride_inner, x_stride_tok;
+  int64_t o_stride_outer, o_stride_inner, o_stride_tok;
+  int64_t num_seq;    // S
+  int64_t seq_inner;  // S = outer * seq_inner
+  int len;            // L, tokens per sequence
+
+  // Weights (contiguous): LayerNorm [D], [D]; QKV [3D, D] (nn.Linear layout); out [D, D] and bias [D].
+  const void* ln_w;
+  const void* ln_b;
+  const void* w_qkv;
+  const void* w_out;
+  const void* b_out;
+
+  float eps;
+  float scale_log2;  // log2(e) / sqrt(head_dim)
+
+  int path;       // PassPath
+  int math;       // MathMode (float32 only)
+  int group;      // fused path: sequences per block
+  void* scratch;  // two-kernel path: q/k/v, [S * L, 3D] elements of the input dtype
+};
+
+// What each compiled specialization exports to the dispatcher (one per generated kernels/*.cu).
+struct SpecInfo {
+  int dtype;  // DType
+  int dim;
+  int heads;
+  // Shared-memory bytes the fused kernel needs to hold `rows` tokens of q/k/v.
+  size_t (*fused_smem_bytes)(int rows, int math);
+  // Largest shared-memory request of the two-kernel path.
+  size_t (*two_kernel_smem_bytes)(int math);
+  // Tokens per block tile (rows of the fused buffer are a multiple of this).
+  int (*block_rows)(int math);
+  cudaError_t (*launch)(const PassParams& p, cudaStream_t stream);
+  // cudaSuccess when the current device can run this binary's kernels (e.g. not: no image for its arch).
+  cudaError_t (*probe)();
+};
+
+}  // namespace axial_fused

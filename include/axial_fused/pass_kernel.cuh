@@ -1,0 +1,506 @@
+// The axial pass kernels: LayerNorm -> QKV projection -> multi-head softmax attention -> output
+// projection + bias -> residual add, over S sequences of L tokens addressed through strides.
+//
+//   fused_pass_kernel    one block owns `group` whole sequences; their q/k/v live in shared memory.
+//   ln_qkv_kernel        two-kernel path, part 1: LN + QKV for a tile of tokens -> q/k/v scratch.
+//   attn_out_kernel      two-kernel path, part 2: attention for a tile of queries of one sequence
+//                        (keys streamed from the scratch) + output projection + bias + residual.
+//
+// Both paths are built from the same three block-level steps (layernorm_tile, block_gemm,
+// attend_tile); docs/design.md walks through them.
+#pragma once
+#include <cuda_runtime.h>
+#include <type_traits>
+
+#include "axial_fused/params.h"
+#include "axial_fused/warp_mma.cuh"
+
+namespace axial_fused {
+
+template <class T_, Mma M_, int D_, int HEADS_>
+struct Traits {
+  using T = T_;
+  static constexpr Mma M = M_;
+  static constexpr int D = D_, HEADS = HEADS_, HD = D / HEADS;
+  static constexpr int ESZ = sizeof(T);
+  static constexpr int PAD = 16 / ESZ;              // one 16-byte vector per smem row: no ldmatrix bank conflicts
+  static constexpr int VEC = 16 / ESZ;              // elements per 16-byte copy
+  static constexpr int BN = ESZ == 4 ? 32 : 64;     // keys per attention tile
+  static constexpr int WN = 64;                     // weight rows (output features) per streamed chunk
+  static constexpr int BK = 128 / ESZ;              // weight columns per streamed chunk (128 bytes)
+  static constexpr int LDX = D + PAD, LDQKV = 3 * D + PAD, LDH = HD + PAD, LDW = BK + PAD, LDP = BN + PAD;
+
+  // Warps per block (each owns 16 token rows). Four, unless the two-kernel attention block would
+  // then need more than fits an Ampere SM (large D): then two.
+  static constexpr size_t k2_bytes(int nw) {
+    const size_t w = 2ull * WN * LDW * ESZ, kv = 4ull * BN * LDH * ESZ;
+    return 16ull * nw * LDX * ESZ + 2ull * 16 * nw * LDH * ESZ + (kv > w ? kv : w) +
+           (M == Mma::Tc16 ? 0 : 16ull * nw * LDP * ESZ);
+  }
+  static constexpr int NW = k2_bytes(4) <= 160 * 1024 ? 4 : 2;
+  static constexpr int BM = 16 * NW, THREADS = 32 * NW;
+  static constexpr int ROW_ALIGN = BM > BN ? BM : BN;  // fused buffer rows are a multiple of this
+
+  static constexpr size_t X_BYTES = size_t(BM) * LDX * ESZ;         // LN tile, then attention output tile
+  static constexpr size_t W_BYTES = 2ull * WN * LDW * ESZ;           // streamed weight chunks, 2 stages
+  static constexpr size_t P_BYTES = M == Mma::Tc16 ? 0 : 16ull * NW * LDP * ESZ;  // probabilities (fp32 modes)
+  static constexpr size_t Q_BYTES = 2ull * BM * LDH * ESZ;           // two-kernel: one head of queries, 2 stages
+  static constexpr size_t KV_BYTES = 4ull * BN * LDH * ESZ;          // two-kernel: K and V tiles, 2 stages
+  static constexpr size_t fused_bytes(int rows) { return X_BYTES + W_BYTES + P_BYTES + size_t(rows) * LDQKV * ESZ; }
+  static constexpr size_t K1_BYTES = X_BYTES + W_BYTES;
+  static constexpr size_t K2_BYTES = k2_bytes(NW);
+
+  static_assert(D % 64 == 0, "dim must be a multiple of 64");
+  static_assert(D % HEADS == 0 && HD % 16 == 0 && HD <= 128, "head_dim must be a multiple of 16, at most 128");
+  static_assert(std::is_same<T, float>::value == (M != Mma::Tc16), "tensor-core 16-bit mode iff 16-bit storage");
+};
+
+// ---- addressing ---------------------------------------------------------------------------------
+
+__device__ __forceinline__ int64_t token_offset(int64_t s, int64_t l, int64_t inner, int64_t so, int64_t si, int64_t st) {
+  const int64_t outer = s / inner;
+  return outer * so + (s - outer * inner) * si + l * st;
+}
+__device__ __forceinline__ int64_t x_offset(const PassParams& p, int64_t s, int64_t l) {
+  return token_offset(s, l, p.seq_inner, p.x_stride_outer, p.x_stride_inner, p.x_stride_tok);
+}
+__device__ __forceinline__ int64_t out_offset(const PassParams& p, int64_t s, int64_t l) {
+  return token_offset(s, l, p.seq_inner, p.o_stride_outer, p.o_stride_inner, p.o_stride_tok);
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// ---- step 1: LayerNorm of BM tokens into shared memory -----------------------------------------
+
+// xs[r] = LN(x[row_off(r)]) for r < BM; rows with row_off(r) < 0 are zero. One warp per row, two-pass
+// statistics in fp32 from registers (each lane holds D/32 values).
+template <class Tr, class RowOff>
+__device__ __forceinline__ void layernorm_tile(const PassParams& p, typename Tr::T* xs, RowOff row_off) {
+  using T = typename Tr::T;
+  constexpr int D = Tr::D, NV = D / 64;
+  const T* x = static_cast<const T*>(p.x);
+  const T* w = static_cast<const T*>(p.ln_w);
+  const T* b = static_cast<const T*>(p.ln_b);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (int r = warp; r < Tr::BM; r += Tr::NW) {
+    T* dst = xs + r * Tr::LDX;
+    const int64_t off = row_off(r);
+    if (off < 0) {
+#pragma unroll
+      for (int i = 0; i < NV; ++i) store2(dst + 2 * lane + 64 * i, 0.f, 0.f);
+      continue;
+    }
+    float2 v[NV];
+    float sum = 0.f;
+#pragma unroll
+    for (int i = 0; i < NV; ++i) {
+      v[i] = load2(x + off + 2 * lane + 64 * i);
+      sum += v[i].x + v[i].y;
+    }
+    const float mean = warp_sum(sum) * (1.f / D);
+    float sq = 0.f;
+#pragma unroll
+    for (int i = 0; i < NV; ++i) {
+      const float a = v[i].x - mean, c = v[i].y - mean;
+      sq += a * a + c * c;
+    }
+    const float rstd = rsqrtf(warp_sum(sq) * (1.f / D) + p.eps);
+#pragma unroll
+    for (int i = 0; i < NV; ++i) {
+      const int d = 2 * lane + 64 * i;
+      const float2 wv = load2(w + d), bv = load2(b + d);
+      store2(dst + d, (v[i].x - mean) * rstd * wv.x + bv.x, (v[i].y - mean) * rstd * wv.y + bv.y);
+    }
+  }
+}
+
+// ---- step 2: a block-wide product with a streamed weight ---------------------------------------
+
+// Y (BM x N) = A (BM x K, shared, row stride lda) @ W^T, W (N x K) row-major in global memory,
+// streamed through `ws` in (WN x BK) chunks, two stages deep (cp.async). Warp w computes rows
+// [16w, 16w+16) when `active`. epi(row, col, y[row][col], y[row][col+1]) receives every pair.
+// Starts and ends with all threads synchronised on `ws`.
+template <class Tr, int N, int K, class Epi>
+__device__ __forceinline__ void block_gemm(const typename Tr::T* As, int lda, const typename Tr::T* W,
+                                           typename Tr::T* ws, bool active, Epi&& epi) {
+  using T = typename Tr::T;
+  constexpr int WN = Tr::WN, BK = Tr::BK, LDW = Tr::LDW, NT = WN / 8;
+  constexpr int KC = K / BK, ITERS = (N / WN) * KC, CHUNK_VECS = WN * BK / Tr::VEC;
+  static_assert(N % WN == 0 && K % BK == 0, "weight chunks must tile the weight");
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+
+  auto load = [&](int it) {
+    const int n0 = (it / KC) * WN, k0 = (it % KC) * BK;
+    T* dst = ws + (it & 1) * WN * LDW;
+    for (int v = threadIdx.x; v < CHUNK_VECS; v += Tr::THREADS) {
+      const int r = v / (BK / Tr::VEC), c = (v % (BK / Tr::VEC)) * Tr::VEC;
+      cp_async16(dst + r * LDW + c, W + int64_t(n0 + r) * K + k0 + c, true);
+    }
+    cp_async_commit();
+  };
+
+  float acc[NT][4];
+  load(0);
+  for (int it = 0; it < ITERS; ++it) {
+    if (it + 1 < ITERS) {
+      load(it + 1);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const int kc = it % KC;
+    if (kc == 0) {
+#pragma unroll
+      for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+    }
+    if (active) {
+      warp_mma_nt<Tr::M, BK, NT>(acc, As + warp * 16 * lda + kc * BK, lda, ws + (it & 1) * WN * LDW, LDW);
+      if (kc == KC - 1) {
+        const int n0 = (it / KC) * WN;
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+          epi(warp * 16 + g, n0 + j * 8 + 2 * t, acc[j][0], acc[j][1]);
+          epi(warp * 16 + g + 8, n0 + j * 8 + 2 * t, acc[j][2], acc[j][3]);
+        }
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// ---- step 3: online-softmax attention of one warp's 16 queries over a tile of keys -------------
+
+template <class Tr>
+struct AttnState {
+  float o[Tr::HD / 8][4];
+  float m[2];  // running max of the scaled logits (log2 units) of rows g and g+8
+  float l[2];  // running sum of probabilities (this thread's columns only; reduced at the end)
+  __device__ __forceinline__ void init() {
+#pragma unroll
+    for (int j = 0; j < Tr::HD / 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+    m[0] = m[1] = -INFINITY;
+    l[0] = l[1] = 0.f;
+  }
+  // Normalise and write the 16 x HD head output (rounded to T) at Os (row stride ldo).
+  __device__ __forceinline__ void store(typename Tr::T* Os, int ldo) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    float inv[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float s = l[r];
+      s += __shfl_xor_sync(0xffffffffu, s, 1);
+      s += __shfl_xor_sync(0xffffffffu, s, 2);
+      inv[r] = 1.f / s;
+    }
+#pragma unroll
+    for (int j = 0; j < Tr::HD / 8; ++j) {
+      store2(Os + g * ldo + j * 8 + 2 * t, o[j][0] * inv[0], o[j][1] * inv[0]);
+      store2(Os + (g + 8) * ldo + j * 8 + 2 * t, o[j][2] * inv[1], o[j][3] * inv[1]);
+    }
+  }
+};
+
+// Queries: 16 rows at Qs. Keys/values: BN rows at Ks/Vs, key index of the first = key0; keys outside
+// [lo[i], hi[i]) are masked for this thread's row i (g, g+8). Masked keys must hold finite values.
+// Ps: this warp's 16 x LDP scratch for the probabilities (fp32 modes).
+template <class Tr>
+__device__ __forceinline__ void attend_tile(AttnState<Tr>& st, const typename Tr::T* Qs, int ldq,
+                                            const typename Tr::T* Ks, const typename Tr::T* Vs, int ldkv,
+                                            int key0, const int (&lo)[2], const int (&hi)[2], float scale_log2,
+                                            typename Tr::T* Ps) {
+  constexpr int NT = Tr::BN / 8;
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  float s[NT][4];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+  warp_mma_nt<Tr::M, Tr::HD, NT>(s, Qs, ldq, Ks, ldkv);
+
+  float mx[2] = {st.m[0], st.m[1]};
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int col = key0 + j * 8 + 2 * t + (e & 1), r = e >> 1;
+      s[j][e] = (col >= lo[r] && col < hi[r]) ? s[j][e] * scale_log2 : -INFINITY;
+      mx[r] = fmaxf(mx[r], s[j][e]);
+    }
+  }
+  float mu[2], alpha[2], rs[2] = {0.f, 0.f};
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+    mu[r] = mx[r] == -INFINITY ? 0.f : mx[r];  // a row with nothing unmasked yet stays all-zero
+    alpha[r] = exp2f(st.m[r] - mu[r]);
+    st.m[r] = mx[r];
+  }
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      s[j][e] = exp2f(s[j][e] - mu[e >> 1]);
+      rs[e >> 1] += s[j][e];
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) st.l[r] = st.l[r] * alpha[r] + rs[r];
+#pragma unroll
+  for (int j = 0; j < Tr::HD / 8; ++j) {
+    st.o[j][0] *= alpha[0];
+    st.o[j][1] *= alpha[0];
+    st.o[j][2] *= alpha[1];
+    st.o[j][3] *= alpha[1];
+  }
+  if constexpr (Tr::M == Mma::Tc16) {
+    warp_mma_reg_nn<NT, Tr::HD / 8>(st.o, s, Vs, ldkv);
+  } else {
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      store2(Ps + g * Tr::LDP + j * 8 + 2 * t, s[j][0], s[j][1]);
+      store2(Ps + (g + 8) * Tr::LDP + j * 8 + 2 * t, s[j][2], s[j][3]);
+    }
+    __syncwarp();
+    warp_mma_nn<Tr::M, Tr::BN, Tr::HD / 8>(st.o, Ps, Tr::LDP, Vs, ldkv);
+    __syncwarp();
+  }
+}
+
+// Output projection of the BM x D attention output in `os` + bias + residual; row r of the tile is
+// token (seq_of(r), tok_of(r)); rows where valid(r) is false are not written.
+template <class Tr, class RowTok>
+__device__ __forceinline__ void out_projection(const PassParams& p, const typename Tr::T* os, typename Tr::T* ws,
+                                               bool active, RowTok row_tok) {
+  using T = typename Tr::T;
+  const T* x = static_cast<const T*>(p.x);
+  const T* bias = static_cast<const T*>(p.b_out);
+  T* out = static_cast<T*>(p.out);
+  block_gemm<Tr, Tr::D, Tr::D>(os, Tr::LDX, static_cast<const T*>(p.w_out), ws, active,
+                               [&](int r, int c, float a, float b) {
+                                 int64_t s, l;
+                                 if (!row_tok(r, s, l)) return;
+                                 const float2 res = load2(x + x_offset(p, s, l) + c);
+                                 const float2 bv = load2(bias + c);
+                                 store2(out + out_offset(p, s, l) + c, a + bv.x + res.x, b + bv.y + res.y);
+                               });
+}
+
+// ---- the fused kernel ---------------------------------------------------------------------------
+
+template <class Tr>
+__global__ void __launch_bounds__(Tr::THREADS) fused_pass_kernel(const __grid_constant__ PassParams p) {
+  using T = typename Tr::T;
+  constexpr int D = Tr::D, HD = Tr::HD, BM = Tr::BM, BN = Tr::BN, LDQKV = Tr::LDQKV;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* xs = reinterpret_cast<T*>(smem_raw);                       // BM x LDX
+  T* ws = reinterpret_cast<T*>(smem_raw + Tr::X_BYTES);         // 2 x WN x LDW
+  T* ps = reinterpret_cast<T*>(smem_raw + Tr::X_BYTES + Tr::W_BYTES);                 // NW x 16 x LDP
+  T* qkv = reinterpret_cast<T*>(smem_raw + Tr::X_BYTES + Tr::W_BYTES + Tr::P_BYTES);  // rows_alloc x LDQKV
+
+  const int L = p.len, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2;
+  const int64_t s0 = int64_t(blockIdx.x) * p.group;
+  const int rows = int(p.num_seq - s0 < p.group ? p.num_seq - s0 : p.group) * L;
+  const int rows_alloc = (rows + Tr::ROW_ALIGN - 1) / Tr::ROW_ALIGN * Tr::ROW_ALIGN;
+
+  // Phase 1: q/k/v of every token of the group (padding rows are zero, so masked keys are finite).
+  for (int r0 = 0; r0 < rows_alloc; r0 += BM) {
+    layernorm_tile<Tr>(p, xs, [&](int r) -> int64_t {
+      const int rr = r0 + r;
+      return rr < rows ? x_offset(p, s0 + rr / L, rr % L) : -1;
+    });
+    __syncthreads();
+    block_gemm<Tr, 3 * D, D>(xs, Tr::LDX, static_cast<const T*>(p.w_qkv), ws, true,
+                             [&](int r, int c, float a, float b) { store2(qkv + (r0 + r) * LDQKV + c, a, b); });
+  }
+
+  // Phase 2: attention for BM queries at a time, then the output projection.
+  for (int q0 = 0; q0 < rows; q0 += BM) {
+    const int rw = q0 + warp * 16;  // this warp's first query row
+    const bool active = rw < rows;
+    if (active) {
+      const int ra = min(rw + g, rows - 1), rb = min(rw + g + 8, rows - 1);
+      const int lo[2] = {ra / L * L, rb / L * L};
+      const int hi[2] = {lo[0] + L, lo[1] + L};
+      const int klo = rw / L * L / BN * BN, khi = min(rw + 15, rows - 1) / L * L + L;
+      for (int h = 0; h < Tr::HEADS; ++h) {
+        AttnState<Tr> st;
+        st.init();
+        for (int kt = klo; kt < khi; kt += BN) {
+          attend_tile<Tr>(st, qkv + rw * LDQKV + h * HD, LDQKV, qkv + kt * LDQKV + D + h * HD,
+                          qkv + kt * LDQKV + 2 * D + h * HD, LDQKV, kt, lo, hi, p.scale_log2, ps + warp * 16 * Tr::LDP);
+        }
+        st.store(xs + warp * 16 * Tr::LDX + h * HD, Tr::LDX);
+      }
+    }
+    __syncthreads();
+    out_projection<Tr>(p, xs, ws, active, [&](int r, int64_t& s, int64_t& l) {
+      const int rr = q0 + r;
+      s = s0 + rr / L;
+      l = rr % L;
+      return rr < rows;
+    });
+  }
+}
+
+// ---- the two-kernel path ------------------------------------------------------------------------
+
+template <class Tr>
+__global__ void __launch_bounds__(Tr::THREADS) ln_qkv_kernel(const __grid_constant__ PassParams p) {
+  using T = typename Tr::T;
+  constexpr int D = Tr::D;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* xs = reinterpret_cast<T*>(smem_raw);
+  T* ws = reinterpret_cast<T*>(smem_raw + Tr::X_BYTES);
+  T* qkv = static_cast<T*>(p.scratch);
+  const int64_t L = p.len, tokens = p.num_seq * L, t0 = int64_t(blockIdx.x) * Tr::BM;
+
+  layernorm_tile<Tr>(p, xs, [&](int r) -> int64_t {
+    const int64_t tk = t0 + r;
+    return tk < tokens ? x_offset(p, tk / L, tk % L) : -1;
+  });
+  __syncthreads();
+  block_gemm<Tr, 3 * D, D>(xs, Tr::LDX, static_cast<const T*>(p.w_qkv), ws, true, [&](int r, int c, float a, float b) {
+    if (t0 + r < tokens) store2(qkv + (t0 + r) * (3 * D) + c, a, b);
+  });
+}
+
+template <class Tr>
+__global__ void __launch_bounds__(Tr::THREADS) attn_out_kernel(const __grid_constant__ PassParams p) {
+  using T = typename Tr::T;
+  constexpr int D = Tr::D, HD = Tr::HD, BM = Tr::BM, BN = Tr::BN, LDH = Tr::LDH, VEC = Tr::VEC;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* xs = reinterpret_cast<T*>(smem_raw);                                   // BM x LDX: attention output
+  T* qs = reinterpret_cast<T*>(smem_raw + Tr::X_BYTES);                     // 2 x BM x LDH
+  T* ps = reinterpret_cast<T*>(smem_raw + Tr::X_BYTES + Tr::Q_BYTES);       // NW x 16 x LDP
+  T* kv = reinterpret_cast<T*>(smem_raw + Tr::X_BYTES + Tr::Q_BYTES + Tr::P_BYTES);  // 2 x (K, V) x BN x LDH; later W chunks
+
+  const int L = p.len, warp = threadIdx.x >> 5;
+  const int nqt = (L + BM - 1) / BM, nkt = (L + BN - 1) / BN;
+  const int64_t s = blockIdx.x / nqt;
+  const int q0 = int(blockIdx.x % nqt) * BM;
+  const T* base = static_cast<const T*>(p.scratch) + s * L * (3 * D);
+
+  auto load = [&](int it) {
+    const int h = it / nkt, kt = it % nkt, buf = it & 1;
+    if (kt == 0) {
+      for (int v = threadIdx.x; v < BM * HD / VEC; v += Tr::THREADS) {
+        const int r = v / (HD / VEC), c = (v % (HD / VEC)) * VEC, row = q0 + r;
+        const bool ok = row < L;
+        cp_async16(qs + (h & 1) * BM * LDH + r * LDH + c, ok ? base + int64_t(row) * 3 * D + h * HD + c : base, ok);
+      }
+    }
+    T* ks = kv + buf * 2 * BN * LDH;
+    for (int v = threadIdx.x; v < BN * HD / VEC; v += Tr::THREADS) {
+      const int r = v / (HD / VEC), c = (v % (HD / VEC)) * VEC, row = kt * BN + r;
+      const bool ok = row < L;
+      const T* src = ok ? base + int64_t(row) * 3 * D + D + h * HD + c : base;
+      cp_async16(ks + r * LDH + c, src, ok);
+      cp_async16(ks + BN * LDH + r * LDH + c, ok ? src + D : base, ok);
+    }
+    cp_async_commit();
+  };
+
+  const int rw = q0 + warp * 16;
+  const bool active = rw < L;
+  const int lo[2] = {0, 0}, hi[2] = {L, L};
+  const int iters = Tr::HEADS * nkt;
+  AttnState<Tr> st;
+  load(0);
+  for (int it = 0; it < iters; ++it) {
+    if (it + 1 < iters) {
+      load(it + 1);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const int h = it / nkt, kt = it % nkt;
+    if (active) {
+      if (kt == 0) st.init();
+      const T* ks = kv + (it & 1) * 2 * BN * LDH;
+      attend_tile<Tr>(st, qs + (h & 1) * BM * LDH + warp * 16 * LDH, LDH, ks, ks + BN * LDH, LDH, kt * BN, lo, hi,
+                      p.scale_log2, ps + warp * 16 * Tr::LDP);
+      if (kt == nkt - 1) st.store(xs + warp * 16 * Tr::LDX + h * HD, Tr::LDX);
+    }
+    __syncthreads();
+  }
+  out_projection<Tr>(p, xs, kv, active, [&](int r, int64_t& ss, int64_t& l) {
+    ss = s;
+    l = q0 + r;
+    return q0 + r < L;
+  });
+}
+
+// ---- host side: one specialization --------------------------------------------------------------
+
+template <class K>
+inline cudaError_t launch_with_smem(K kernel, int64_t blocks, int threads, size_t smem, cudaStream_t stream,
+                                    const PassParams& p) {
+  if (blocks <= 0) return cudaSuccess;
+  if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+  if (smem > 48 * 1024) {
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    if (e != cudaSuccess) return e;
+  }
+  kernel<<<unsigned(blocks), threads, smem, stream>>>(p);
+  return cudaGetLastError();
+}
+
+template <class T, int D, int HEADS>
+struct Spec {
+  template <Mma M>
+  static cudaError_t run(const PassParams& p, cudaStream_t stream) {
+    using Tr = Traits<T, M, D, HEADS>;
+    if (p.path == kPathFused) {
+      const int rows = (p.group * p.len + Tr::ROW_ALIGN - 1) / Tr::ROW_ALIGN * Tr::ROW_ALIGN;
+      return launch_with_smem(fused_pass_kernel<Tr>, (p.num_seq + p.group - 1) / p.group, Tr::THREADS,
+                              Tr::fused_bytes(rows), stream, p);
+    }
+    const int64_t tokens = p.num_seq * p.len;
+    cudaError_t e = launch_with_smem(ln_qkv_kernel<Tr>, (tokens + Tr::BM - 1) / Tr::BM, Tr::THREADS, Tr::K1_BYTES,
+                                     stream, p);
+    if (e != cudaSuccess) return e;
+    return launch_with_smem(attn_out_kernel<Tr>, p.num_seq * ((p.len + Tr::BM - 1) / Tr::BM), Tr::THREADS,
+                            Tr::K2_BYTES, stream, p);
+  }
+  template <class F>
+  static auto with_mode(int math, F&& f) {
+    if constexpr (std::is_same<T, float>::value) {
+      return math == kTf32 ? f(Traits<T, Mma::Tf32, D, HEADS>{}) : f(Traits<T, Mma::Ffma, D, HEADS>{});
+    } else {
+      return f(Traits<T, Mma::Tc16, D, HEADS>{});
+    }
+  }
+  static cudaError_t launch(const PassParams& p, cudaStream_t stream) {
+    return with_mode(p.math, [&](auto tr) { return run<decltype(tr)::M>(p, stream); });
+  }
+  static size_t fused_smem(int rows, int math) {
+    return with_mode(math, [&](auto tr) { return decltype(tr)::fused_bytes(rows); });
+  }
+  static size_t two_kernel_smem(int math) {
+    return with_mode(math, [&](auto tr) {
+      using Tr = decltype(tr);
+      return Tr::K1_BYTES > Tr::K2_BYTES ? Tr::K1_BYTES : Tr::K2_BYTES;
+    });
+  }
+  static int block_rows(int math) {
+    return with_mode(math, [&](auto tr) { return decltype(tr)::ROW_ALIGN; });
+  }
+  static cudaError_t probe() {
+    cudaFuncAttributes attr;
+    return with_mode(kExactFp32, [&](auto tr) {
+      return cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(&ln_qkv_kernel<decltype(tr)>));
+    });
+  }
+  static const SpecInfo* info() {
+    static const SpecInfo i{std::is_same<T, float>::value ? kFloat32 : std::is_same<T, __half>::value ? kFloat16 : kBFloat16,
+                            D, HEADS, &fused_smem, &two_kernel_smem, &block_rows, &launch, &probe};
+    return &i;
+  }
+};
+
+}  // namespace axial_fused

@@ -1,0 +1,228 @@
+// Warp-level matrix products on 16-row tiles, for three math modes that share one accumulator layout
+// (the m16n8 accumulator of mma.sync: thread (g = lane/4, t = lane%4) holds rows g and g+8,
+// columns 2t and 2t+1 of each 8-column tile):
+//   Tc16  - bf16/fp16 tensor cores, mma.sync m16n8k16, fragments loaded with ldmatrix;
+//   Tf32  - tf32 tensor cores, mma.sync m16n8k8, fp32 operands rounded to tf32;
+//   Ffma  - plain fp32 FMA (PyTorch's "highest" float32 matmul precision).
+// All operands come from shared memory; leading dimensions are in elements.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cstdint>
+
+namespace axial_fused {
+
+enum class Mma { Tc16, Tf32, Ffma };
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+template <class T> struct Pack2;
+template <> struct Pack2<__half> {
+  using type = __half2;
+  static __device__ __forceinline__ __half2 make(float a, float b) { return __floats2half2_rn(a, b); }
+  static __device__ __forceinline__ float2 unpack(__half2 v) { return __half22float2(v); }
+};
+template <> struct Pack2<__nv_bfloat16> {
+  using type = __nv_bfloat162;
+  static __device__ __forceinline__ __nv_bfloat162 make(float a, float b) { return __floats2bfloat162_rn(a, b); }
+  static __device__ __forceinline__ float2 unpack(__nv_bfloat162 v) { return __bfloat1622float2(v); }
+};
+template <> struct Pack2<float> {
+  using type = float2;
+  static __device__ __forceinline__ float2 make(float a, float b) { return make_float2(a, b); }
+  static __device__ __forceinline__ float2 unpack(float2 v) { return v; }
+};
+
+template <class T> __device__ __forceinline__ float to_f(T v) { return static_cast<float>(v); }
+template <> __device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
+template <> __device__ __forceinline__ float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <class T> __device__ __forceinline__ T from_f(float v) { return static_cast<T>(v); }
+template <> __device__ __forceinline__ __half from_f(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f(float v) { return __float2bfloat16_rn(v); }
+
+// Store two adjacent values (8-byte or 4-byte aligned pair).
+template <class T> __device__ __forceinline__ void store2(T* p, float a, float b) {
+  *reinterpret_cast<typename Pack2<T>::type*>(p) = Pack2<T>::make(a, b);
+}
+template <class T> __device__ __forceinline__ float2 load2(const T* p) {
+  return Pack2<T>::unpack(*reinterpret_cast<const typename Pack2<T>::type*>(p));
+}
+
+// ---- raw instructions ---------------------------------------------------------------------------
+
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_u32(p)));
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_u32(p)));
+}
+
+template <class T> __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
+template <> __device__ __forceinline__ void mma16816<__nv_bfloat16>(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <> __device__ __forceinline__ void mma16816<__half>(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t to_tf32(float x) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return r;
+}
+__device__ __forceinline__ void mma1688_tf32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// ---- warp tile products -------------------------------------------------------------------------
+
+// acc[NT] (16 x 8*NT) += A (16 x K, row-major) * B^T, with B (8*NT x K, row-major): both operands
+// K-contiguous, as for x @ W^T with an nn.Linear weight and for q @ k^T.
+template <Mma M, int K, int NT, class T>
+__device__ __forceinline__ void warp_mma_nt(float (&acc)[NT][4], const T* A, int lda, const T* B, int ldb) {
+  const int lane = threadIdx.x & 31;
+  if constexpr (M == Mma::Tc16) {
+    static_assert(K % 16 == 0 && NT % 2 == 0, "Tc16 tiles are k16 x n16");
+    const T* a_ptr = A + (lane & 15) * lda + (lane >> 4) * 8;
+    const T* b_ptr = B + ((lane & 7) + ((lane >> 4) << 3)) * ldb + ((lane >> 3) & 1) * 8;
+#pragma unroll
+    for (int k = 0; k < K; k += 16) {
+      uint32_t a[4];
+      ldsm_x4(a, a_ptr + k);
+#pragma unroll
+      for (int j = 0; j < NT; j += 2) {
+        uint32_t b[4];  // b0,b1 of n-tile j, then of n-tile j+1
+        ldsm_x4(b, b_ptr + j * 8 * ldb + k);
+        mma16816<T>(acc[j], a, b[0], b[1]);
+        mma16816<T>(acc[j + 1], a, b[2], b[3]);
+      }
+    }
+  } else if constexpr (M == Mma::Tf32) {
+    static_assert(K % 8 == 0, "Tf32 tiles are k8");
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll 4
+    for (int k = 0; k < K; k += 8) {
+      uint32_t a[4] = {to_tf32(A[g * lda + k + t]), to_tf32(A[(g + 8) * lda + k + t]),
+                       to_tf32(A[g * lda + k + t + 4]), to_tf32(A[(g + 8) * lda + k + t + 4])};
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        const T* b = B + (j * 8 + g) * ldb + k;
+        mma1688_tf32(acc[j], a, to_tf32(b[t]), to_tf32(b[t + 4]));
+      }
+    }
+  } else {
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll 4
+    for (int k = 0; k < K; ++k) {
+      const float a0 = A[g * lda + k], a1 = A[(g + 8) * lda + k];
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        const float b0 = B[(j * 8 + 2 * t) * ldb + k], b1 = B[(j * 8 + 2 * t + 1) * ldb + k];
+        acc[j][0] = fmaf(a0, b0, acc[j][0]);
+        acc[j][1] = fmaf(a0, b1, acc[j][1]);
+        acc[j][2] = fmaf(a1, b0, acc[j][2]);
+        acc[j][3] = fmaf(a1, b1, acc[j][3]);
+      }
+    }
+  }
+}
+
+// acc[NT] (16 x 8*NT) += A (16 x K, row-major) * B, with B (K x 8*NT, row-major): as for p @ v.
+template <Mma M, int K, int NT, class T>
+__device__ __forceinline__ void warp_mma_nn(float (&acc)[NT][4], const T* A, int lda, const T* B, int ldb) {
+  const int lane = threadIdx.x & 31;
+  if constexpr (M == Mma::Tc16) {
+    static_assert(K % 16 == 0 && NT % 2 == 0, "Tc16 tiles are k16 x n16");
+    const T* a_ptr = A + (lane & 15) * lda + (lane >> 4) * 8;
+    const T* b_ptr = B + ((lane & 7) + (((lane >> 3) & 1) << 3)) * ldb + (lane >> 4) * 8;
+#pragma unroll
+    for (int k = 0; k < K; k += 16) {
+      uint32_t a[4];
+      ldsm_x4(a, a_ptr + k);
+#pragma unroll
+      for (int j = 0; j < NT; j += 2) {
+        uint32_t b[4];
+        ldsm_x4_trans(b, b_ptr + k * ldb + j * 8);
+        mma16816<T>(acc[j], a, b[0], b[1]);
+        mma16816<T>(acc[j + 1], a, b[2], b[3]);
+      }
+    }
+  } else if constexpr (M == Mma::Tf32) {
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll 4
+    for (int k = 0; k < K; k += 8) {
+      uint32_t a[4] = {to_tf32(A[g * lda + k + t]), to_tf32(A[(g + 8) * lda + k + t]),
+                       to_tf32(A[g * lda + k + t + 4]), to_tf32(A[(g + 8) * lda + k + t + 4])};
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        mma1688_tf32(acc[j], a, to_tf32(B[(k + t) * ldb + j * 8 + g]), to_tf32(B[(k + t + 4) * ldb + j * 8 + g]));
+      }
+    }
+  } else {
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll 4
+    for (int k = 0; k < K; ++k) {
+      const float a0 = A[g * lda + k], a1 = A[(g + 8) * lda + k];
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        const float b0 = B[k * ldb + j * 8 + 2 * t], b1 = B[k * ldb + j * 8 + 2 * t + 1];
+        acc[j][0] = fmaf(a0, b0, acc[j][0]);
+        acc[j][1] = fmaf(a0, b1, acc[j][1]);
+        acc[j][2] = fmaf(a1, b0, acc[j][2]);
+        acc[j][3] = fmaf(a1, b1, acc[j][3]);
+      }
+    }
+  }
+}
+
+// Tc16 only: acc[NT] += P * B where P (16 x 8*KT) is held in accumulator layout in registers (the
+// softmax probabilities; FlashAttention-2's register reuse), rounded to T, and B (8*KT x 8*NT) is
+// row-major in shared memory.
+template <int KT, int NT, class T>
+__device__ __forceinline__ void warp_mma_reg_nn(float (&acc)[NT][4], const float (&p)[KT][4], const T* B, int ldb) {
+  static_assert(KT % 2 == 0 && NT % 2 == 0, "k16 x n16 tiles");
+  const int lane = threadIdx.x & 31;
+  const T* b_ptr = B + ((lane & 7) + (((lane >> 3) & 1) << 3)) * ldb + (lane >> 4) * 8;
+#pragma unroll
+  for (int kk = 0; kk < KT / 2; ++kk) {
+    uint32_t a[4];
+    auto pk = [](float x, float y) {
+      typename Pack2<T>::type v = Pack2<T>::make(x, y);
+      return *reinterpret_cast<uint32_t*>(&v);
+    };
+    a[0] = pk(p[2 * kk][0], p[2 * kk][1]);
+    a[1] = pk(p[2 * kk][2], p[2 * kk][3]);
+    a[2] = pk(p[2 * kk + 1][0], p[2 * kk + 1][1]);
+    a[3] = pk(p[2 * kk + 1][2], p[2 * kk + 1][3]);
+#pragma unroll
+    for (int j = 0; j < NT; j += 2) {
+      uint32_t b[4];
+      ldsm_x4_trans(b, b_ptr + kk * 16 * ldb + j * 8);
+      mma16816<T>(acc[j], a, b[0], b[1]);
+      mma16816<T>(acc[j + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// ---- asynchronous global -> shared copies -------------------------------------------------------
+
+// 16 bytes; when !valid the destination is zero-filled and nothing is read.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem),
+               "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+}  // namespace axial_fused

@@ -1,0 +1,304 @@
+"""The functional API and the dispatch between the fused CUDA kernels and the PyTorch reference.
+
+A call validates its arguments (TypeError / ValueError for bad input), then asks
+:func:`fallback_reason` whether the fused path can run. If it can, one call into the registered
+operator (``torch.ops.axial_fused.*``) launches one kernel per pass (two when a sequence group does
+not fit on chip). If not, the reference computes the same result with PyTorch ops (autograd
+included) after a one-time warning, or ``strict=True`` raises :class:`FusedUnavailableError`.
+"""
+from __future__ import annotations
+
+import warnings
+from typing import NamedTuple
+
+import torch
+
+from . import _ext
+from .reference import reference_pass
+
+__all__ = ["PassWeights", "AxialWeights", "axial_attention", "axial_pass", "fallback_reason", "supported_configs",
+           "FusedUnavailableError", "FusedFallbackWarning", "Config"]
+
+
+class FusedUnavailableError(RuntimeError):
+    """Raised by ``strict=True`` calls that cannot take the fused path."""
+
+
+class FusedFallbackWarning(UserWarning):
+    """Warned once per reason when a call falls back to the PyTorch reference."""
+
+
+_FIELDS = ("norm_weight", "norm_bias", "qkv_weight", "out_weight", "out_bias")
+
+
+class PassWeights(NamedTuple):
+    """The parameters of one axial pass (nn.Linear / nn.LayerNorm layouts)."""
+    norm_weight: torch.Tensor  # [D]
+    norm_bias: torch.Tensor    # [D]
+    qkv_weight: torch.Tensor   # [3D, D]: rows 0..D-1 q, D..2D-1 k, 2D..3D-1 v
+    out_weight: torch.Tensor   # [D, D]
+    out_bias: torch.Tensor     # [D]
+
+
+def _check_pass(pw, name: str, dim: int | None = None) -> int:
+    """Validate one PassWeights; return D."""
+    if not isinstance(pw, PassWeights):
+        if isinstance(pw, (tuple, list)) and len(pw) == 5:
+            pw = PassWeights(*pw)
+        else:
+            raise TypeError(f"{name} must be a PassWeights (or a 5-tuple), got {type(pw).__name__}")
+    for field, t in zip(_FIELDS, pw):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}.{field} must be a torch.Tensor, got {type(t).__name__}")
+    if dim is None:
+        if pw.norm_weight.dim() != 1:
+            raise ValueError(f"{name}.norm_weight must be 1-D [D], got shape {tuple(pw.norm_weight.shape)}")
+        dim = pw.norm_weight.shape[0]
+    expected = dict(norm_weight=(dim,), norm_bias=(dim,), qkv_weight=(3 * dim, dim), out_weight=(dim, dim),
+                    out_bias=(dim,))
+    ref = pw.norm_weight
+    for field, t in zip(_FIELDS, pw):
+        if tuple(t.shape) != expected[field]:
+            raise ValueError(f"{name}.{field} has shape {tuple(t.shape)}, expected {expected[field]} for D = {dim}")
+        if t.dtype != ref.dtype:
+            raise TypeError(f"{name}.{field} is {t.dtype} but {name}.norm_weight is {ref.dtype}: "
+                            f"all weights must share one dtype")
+        if t.device != ref.device:
+            raise ValueError(f"{name}.{field} is on {t.device} but {name}.norm_weight is on {ref.device}: "
+                             f"all weights must be on one device")
+    return dim
+
+
+class AxialWeights(NamedTuple):
+    """Row and column pass weights plus the head count and LayerNorm eps."""
+    row: PassWeights
+    col: PassWeights
+    num_heads: int
+    eps: float = 1e-5
+
+    @classmethod
+    def create(cls, row, col, num_heads: int, eps: float = 1e-5) -> "AxialWeights":
+        """Validated construction (shapes, dtypes, devices, num_heads)."""
+        row, col = PassWeights(*row), PassWeights(*col)
+        dim = _check_pass(row, "row")
+        _check_pass(col, "col", dim)
+        if row.norm_weight.dtype != col.norm_weight.dtype or row.norm_weight.device != col.norm_weight.device:
+            raise ValueError(f"row weights are {row.norm_weight.dtype} on {row.norm_weight.device} but column weights "
+                             f"are {col.norm_weight.dtype} on {col.norm_weight.device}")
+        _check_heads(num_heads, dim)
+        if not isinstance(eps, (int, float)) or not eps > 0:
+            raise ValueError(f"eps must be a positive number, got {eps!r}")
+        return cls(row, col, int(num_heads), float(eps))
+
+    @classmethod
+    def from_module(cls, m: torch.nn.Module) -> "AxialWeights":
+        """From :class:`axial_fused.AxialAttention`, the reference model, or any module with parameters
+        ``row_norm``/``row_qkv``/``row_out``/``col_*`` (nn.LayerNorm / nn.Linear) and ``num_heads``."""
+        if not isinstance(m, torch.nn.Module):
+            raise TypeError(f"from_module expects an nn.Module, got {type(m).__name__}")
+        if not hasattr(m, "num_heads"):
+            raise ValueError(f"{type(m).__name__} has no num_heads attribute")
+        try:
+            passes = [PassWeights(getattr(m, f"{p}_norm").weight, getattr(m, f"{p}_norm").bias,
+                                  getattr(m, f"{p}_qkv").weight, getattr(m, f"{p}_out").weight,
+                                  getattr(m, f"{p}_out").bias) for p in ("row", "col")]
+        except AttributeError as e:
+            raise ValueError(f"{type(m).__name__} lacks the reference parameter names "
+                             f"(row_norm, row_qkv, row_out, col_norm, col_qkv, col_out): {e}") from None
+        norm = getattr(m, "row_norm")
+        eps = getattr(norm, "eps", getattr(m, "eps", 1e-5))
+        return cls.create(passes[0], passes[1], m.num_heads, eps)
+
+    @classmethod
+    def from_state_dict(cls, sd, num_heads: int, eps: float = 1e-5) -> "AxialWeights":
+        """From a state_dict of the reference model (keys ``row_norm.weight``, ``row_qkv.weight``, ...).
+        A common prefix (e.g. ``module.``) is accepted."""
+        names = [f"{p}_{n}" for p in ("row", "col") for n in ("norm.weight", "norm.bias", "qkv.weight",
+                                                                  "out.weight", "out.bias")]
+        prefix = ""
+        for k in sd:
+            if k.endswith("row_norm.weight"):
+                prefix = k[: -len("row_norm.weight")]
+                break
+        missing = [prefix + n for n in names if prefix + n not in sd]
+        if missing:
+            raise ValueError(f"state_dict lacks {missing}; expected the reference model's keys {names}")
+        t = [sd[prefix + n] for n in names]
+        return cls.create(PassWeights(*t[:5]), PassWeights(*t[5:]), num_heads, eps)
+
+
+def _check_heads(num_heads, dim: int) -> None:
+    if isinstance(num_heads, bool) or not isinstance(num_heads, int):
+        raise TypeError(f"num_heads must be an int, got {type(num_heads).__name__}")
+    if num_heads <= 0 or dim % num_heads:
+        raise ValueError(f"D = {dim} is not divisible by num_heads = {num_heads}")
+
+
+def _check_x(x, dim: int, wref: torch.Tensor) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() != 4:
+        raise ValueError(f"x must be 4-D [B, H, W, D], got shape {tuple(x.shape)}")
+    if x.shape[3] != dim:
+        raise ValueError(f"x has D = {x.shape[3]} (shape {tuple(x.shape)}) but the weights have D = {dim}")
+    if not (x.is_floating_point()):
+        raise TypeError(f"x is {x.dtype}; supported: float32, float16, bfloat16 (fused) and float64 (reference)")
+    if x.dtype != wref.dtype:
+        raise TypeError(f"x is {x.dtype} but the weights are {wref.dtype}; convert one, e.g. weights .to({x.dtype})")
+    if x.device != wref.device:
+        raise ValueError(f"x is on {x.device} but the weights are on {wref.device}; move them to one device")
+    if x.shape[1] == 0 or x.shape[2] == 0 or x.shape[3] == 0:
+        raise ValueError(f"x has shape {tuple(x.shape)}: H, W and D must be at least 1 (B may be 0)")
+
+
+# ---- the path decision --------------------------------------------------------------------------
+
+_DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
+_device_reason_cache: dict[int, str | None] = {}
+
+
+def _device_reason(x: torch.Tensor) -> str | None:
+    idx = x.device.index if x.device.index is not None else torch.cuda.current_device()
+    if idx not in _device_reason_cache:
+        C = _ext.C
+        err = C.device_kernel_error(idx)
+        if err:
+            major, minor = torch.cuda.get_device_capability(idx)
+            _device_reason_cache[idx] = (
+                f"GPU {torch.cuda.get_device_name(idx)} (sm_{major}{minor}) is not among the archs this binary was "
+                f"built for ({C.compiled_archs()}): {err}. Rebuild with AXIAL_FUSED_ARCHS including {major}{minor}")
+        else:
+            _device_reason_cache[idx] = None
+    return _device_reason_cache[idx]
+
+
+def _layout_reason(t: torch.Tensor, name: str, contiguous: bool) -> str | None:
+    esz = t.element_size()
+    if contiguous:
+        if not t.is_contiguous() or t.data_ptr() % 16:
+            return f"{name} is not contiguous and 16-byte aligned (call .contiguous())"
+    elif t.stride(-1) != 1 or any(s % 2 for s in t.stride()[:-1]) or t.data_ptr() % (2 * esz):
+        return (f"x has strides {t.stride()} and data pointer {t.data_ptr():#x}; the fused path needs feature "
+                f"stride 1, even strides and a {2 * esz}-byte aligned pointer")
+    return None
+
+
+def fallback_reason(x: torch.Tensor, weights, *, axis: str | None = None) -> str | None:
+    """Why a call with these arguments would not take the fused path, or None if it would.
+
+    ``weights``: an :class:`AxialWeights`, or a :class:`PassWeights` with ``axis`` given (for
+    :func:`axial_pass`, whose ``num_heads`` then comes from the keyword form of that call and is not
+    needed here). Inputs that are invalid raise, as the call would."""
+    passes = [weights.row, weights.col] if isinstance(weights, AxialWeights) else [PassWeights(*weights)]
+    dim = _check_pass(passes[0], "weights")
+    _check_x(x, dim, passes[0].norm_weight)
+    return _reason(x, passes, dim, weights.num_heads if isinstance(weights, AxialWeights) else None)
+
+
+def _reason(x: torch.Tensor, passes, dim: int, num_heads: int | None) -> str | None:
+    """The decision itself, after validation. Only attribute reads: this runs on every call."""
+    if _ext.C is None:
+        return f"the CUDA extension axial_fused._C is not available ({_ext.error})"
+    if not x.is_cuda:
+        return f"x is on {x.device}; the fused kernels run on CUDA devices"
+    dtype = _DTYPE_NAMES.get(x.dtype)
+    if dtype is None:
+        return f"x is {x.dtype}; the fused path supports float32, float16 and bfloat16"
+    if torch.is_grad_enabled() and (x.requires_grad or any(t.requires_grad for pw in passes for t in pw)):
+        return ("gradients are required (x or a weight requires grad and grad mode is on); the fused path is "
+                "inference-only: call under torch.no_grad() or torch.inference_mode() to use it")
+    if num_heads is not None and (dtype, dim, num_heads) not in _ext.specs():
+        return (f"no compiled specialization for dtype {dtype}, dim {dim}, heads {num_heads}; compiled: "
+                f"{_ext.describe_specs()}. Rebuild with AXIAL_FUSED_SPECS={dim}x{num_heads}:{_short(dtype)} added")
+    r = _device_reason(x)
+    if r:
+        return r
+    r = _layout_reason(x, "x", contiguous=False)
+    if r:
+        return r
+    for i, pw in enumerate(passes):
+        for field, t in zip(_FIELDS, pw):
+            r = _layout_reason(t, f"{('row', 'col')[i] if len(passes) == 2 else 'weights'}.{field}", contiguous=True)
+            if r:
+                return r
+    if num_heads is not None:
+        idx = x.device.index if x.device.index is not None else torch.cuda.current_device()
+        if not _ext.C.fits_device(dtype, dim, num_heads, idx):
+            return (f"dim {dim} in {dtype} needs more shared memory per block than "
+                    f"{torch.cuda.get_device_name(idx)} offers")
+    return None
+
+
+def _short(dtype: str) -> str:
+    return {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}[dtype]
+
+
+_warned: set[str] = set()
+
+
+def _fallback(reason: str, strict: bool) -> None:
+    if strict:
+        raise FusedUnavailableError(f"axial_fused: the fused path cannot run this call: {reason}")
+    if reason not in _warned:
+        _warned.add(reason)
+        warnings.warn(f"axial_fused: computing with PyTorch ops instead of the fused kernels: {reason}",
+                      FusedFallbackWarning, stacklevel=3)
+
+
+# ---- the calls ----------------------------------------------------------------------------------
+
+def _attention(x, row: PassWeights, col: PassWeights, num_heads: int, eps: float, strict: bool) -> torch.Tensor:
+    dim = _check_pass(row, "row")
+    _check_pass(col, "col", dim)
+    _check_heads(num_heads, dim)
+    _check_x(x, dim, row.norm_weight)
+    if col.norm_weight.dtype != x.dtype or col.norm_weight.device != x.device:
+        _check_x(x, dim, col.norm_weight)
+    reason = _reason(x, (row, col), dim, num_heads)
+    if reason is None:
+        if x.shape[0] == 0:
+            return torch.empty_like(x, memory_format=torch.contiguous_format)
+        return torch.ops.axial_fused.axial_attention(x, *row, *col, num_heads, eps)
+    _fallback(reason, strict)
+    x = reference_pass(x, *row, num_heads=num_heads, axis="row", eps=eps)
+    return reference_pass(x, *col, num_heads=num_heads, axis="col", eps=eps)
+
+
+def axial_attention(x: torch.Tensor, weights: AxialWeights, *, strict: bool = False) -> torch.Tensor:
+    """Row attention then column attention on ``x[B, H, W, D]``; returns a new ``[B, H, W, D]`` tensor."""
+    if not isinstance(weights, AxialWeights):
+        raise TypeError(f"weights must be an axial_fused.AxialWeights (see AxialWeights.from_module / "
+                        f"from_state_dict), got {type(weights).__name__}")
+    return _attention(x, weights.row, weights.col, weights.num_heads, weights.eps, strict)
+
+
+def axial_pass(x: torch.Tensor, pass_weights: PassWeights, *, num_heads: int, axis: str, eps: float = 1e-5,
+               strict: bool = False) -> torch.Tensor:
+    """One pass: ``x + OutProj(MHA(QKV(LN(x))))`` along ``axis`` ("row" or "col")."""
+    if axis not in ("row", "col"):
+        raise ValueError(f"axis must be 'row' or 'col', got {axis!r}")
+    pw = pass_weights if isinstance(pass_weights, PassWeights) else None
+    dim = _check_pass(pass_weights, "pass_weights")
+    pw = pw or PassWeights(*pass_weights)
+    _check_heads(num_heads, dim)
+    _check_x(x, dim, pw.norm_weight)
+    reason = _reason(x, (pw,), dim, num_heads)
+    if reason is None:
+        if x.shape[0] == 0:
+            return torch.empty_like(x, memory_format=torch.contiguous_format)
+        return torch.ops.axial_fused.axial_pass(x, *pw, num_heads, 0 if axis == "row" else 1, eps)
+    _fallback(reason, strict)
+    return reference_pass(x, *pw, num_heads=num_heads, axis=axis, eps=eps)
+
+
+class Config(NamedTuple):
+    dtype: torch.dtype
+    dim: int
+    heads: int
+    head_dim: int
+
+
+def supported_configs() -> list[Config]:
+    """The compiled specializations (every sequence length on either axis is served)."""
+    named = {v: k for k, v in _DTYPE_NAMES.items()}
+    return [Config(named[dt], d, h, d // h) for dt, d, h in sorted(_ext.specs(), key=lambda s: (s[1], s[2], s[0]))]
