@@ -1,0 +1,235 @@
+"""Benchmark: the fused kernels against the PyTorch peers, on the same inputs and weights, in one run.
+
+    python -m axial_fused.bench [--shapes seed,vision,...] [--dtype ...] [--peers ...] [--json F] [--png F]
+
+Peers: eager (reference with explicit softmax(q k^T / sqrt(d)) v), sdpa (reference with
+scaled_dot_product_attention), compile (torch.compile of sdpa, default mode), compile_graphs (mode
+"reduce-overhead"), graph (CUDA-graph replay of sdpa); ours: fused (plain eager call) and
+fused_graph (CUDA-graph replay). Each output is checked against a float32 reference first.
+Times: median over repeated batches of calls between CUDA events, after warm-up (compilation and
+graph capture excluded). The floor per shape is max(bytes / bandwidth, flops / bf16 matmul rate),
+both measured in the same run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+
+import torch
+
+SUITE = {  # name: (B, H, W, D, heads, dtype)
+    "seed_fp32": (4, 32, 32, 64, 4, "float32"),
+    "seed": (4, 32, 32, 64, 4, "bfloat16"),
+    "vision": (8, 64, 64, 128, 4, "bfloat16"),
+    "odd": (2, 56, 100, 192, 6, "bfloat16"),
+    "latent": (2, 128, 128, 256, 8, "bfloat16"),
+    "msa": (1, 512, 256, 256, 8, "bfloat16"),
+    "esm": (1, 64, 512, 768, 12, "bfloat16"),
+}
+PEERS = ["eager", "sdpa", "compile", "compile_graphs", "graph", "fused", "fused_graph"]
+OURS = ("fused", "fused_graph")
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def _time_batches(fn, target_ms: float = 20.0, batches: int = 15) -> float:
+    """Median microseconds per call of fn(), timed in batches between CUDA events."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    one = max(time.perf_counter() - t0, 1e-6)
+    n = max(1, min(2000, int(target_ms / 1e3 / one)))
+    times = []
+    for _ in range(batches):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(n):
+            fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1e3 / n)
+    return statistics.median(times)
+
+
+def measure_ceilings() -> dict:
+    n = 1 << 28  # 1 GiB of bytes (uint8 view of bf16 pairs)
+    src = torch.randint(0, 255, (n,), dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    us = _time_batches(lambda: dst.copy_(src), target_ms=50, batches=7)
+    bw = 2 * n / (us * 1e-6)
+    m = 8192
+    a = torch.randn(m, m, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(m, m, device="cuda", dtype=torch.bfloat16)
+    us = _time_batches(lambda: a @ b, target_ms=50, batches=7)
+    return {"bandwidth_Bps": bw, "bf16_flops": 2 * m ** 3 / (us * 1e-6)}
+
+
+def count(B, H, W, D, heads, esz) -> dict:
+    N = B * H * W
+    bytes_ = 2 * (2 * N * D * esz) + 2 * (3 * D * D + D * D + 3 * D) * esz
+    flops = sum(2 * N * D * 3 * D + 2 * N * D * D + 4 * N * L * D for L in (W, H))
+    exps = heads * N * (W + H)
+    return {"bytes": bytes_, "flops": flops, "exps": exps}
+
+
+def _make(B, H, W, D, heads, dtype, seed=0):
+    import axial_fused as af
+    g = torch.Generator().manual_seed(seed)
+    model = af.reference.AxialAttentionReference(D, heads)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(p + 0.2 * torch.randn(p.shape, generator=g))
+    x = torch.randn(B, H, W, D, generator=g)
+    return model, x
+
+
+def _graph(fn):
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = fn()
+    return g, out
+
+
+def bench_shape(name, B, H, W, D, heads, dtype_name, peers, ceilings, log=print) -> dict:
+    import axial_fused as af
+    dtype = DTYPES[dtype_name]
+    model, x_cpu = _make(B, H, W, D, heads, dtype)
+    with torch.no_grad():
+        ref32 = model.cuda().float()(x_cpu.cuda().float()) if True else None
+    m = model.to(dtype)
+    x = x_cpu.to("cuda", dtype)
+    weights = af.AxialWeights.from_module(m)
+    explicit = af.reference.AxialAttentionReference(D, heads, attention="explicit").cuda().to(dtype)
+    explicit.load_state_dict(m.state_dict())
+    row = {"shape": name, "B": B, "H": H, "W": W, "D": D, "heads": heads, "dtype": dtype_name}
+    row.update(count(B, H, W, D, heads, x.element_size()))
+    bound_fl = ceilings["bf16_flops"] if dtype != torch.float32 else ceilings.get("fp32_flops", 60e12)
+    row["floor_us"] = max(row["bytes"] / ceilings["bandwidth_Bps"], row["flops"] / bound_fl) * 1e6
+    row["exp_us"] = row["exps"] / ceilings.get("exp_rate", 132 * 16 * 1.98e9) * 1e6
+    times, errs = {}, {}
+    for peer in peers:
+        try:
+            with torch.inference_mode():
+                if peer == "eager":
+                    fn = lambda: explicit(x)
+                elif peer == "sdpa":
+                    fn = lambda: m(x)
+                elif peer in ("compile", "compile_graphs"):
+                    torch._dynamo.reset()
+                    cm = torch.compile(m, mode="reduce-overhead" if peer == "compile_graphs" else "default")
+                    fn = lambda: cm(x)
+                elif peer == "graph":
+                    g, gout = _graph(lambda: m(x))
+                    fn = lambda: (g.replay(), gout)[1]
+                elif peer == "fused":
+                    fn = lambda: af.axial_attention(x, weights, strict=True)
+                elif peer == "fused_graph":
+                    g2, gout2 = _graph(lambda: af.axial_attention(x, weights, strict=True))
+                    fn = lambda: (g2.replay(), gout2)[1]
+                out = fn()
+                torch.cuda.synchronize()
+                errs[peer] = ((out.float() - ref32).norm() / ref32.norm()).item()
+                if not math.isfinite(errs[peer]) or errs[peer] > (1e-2 if dtype == torch.float32 else 5e-2):
+                    log(f"  {name}/{peer}: output differs from the fp32 reference (rel err {errs[peer]:.3g}); not timed")
+                    continue
+                times[peer] = _time_batches(fn)
+        except Exception as e:  # a peer that cannot run this shape is reported, not fatal
+            log(f"  {name}/{peer}: failed: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
+    row["us"], row["rel_err"] = times, errs
+    base = {k: v for k, v in times.items() if k not in OURS}
+    if base:
+        best = min(base, key=base.get)
+        row["best_peer"], row["best_peer_us"] = best, base[best]
+        for o in OURS:
+            if o in times:
+                row[f"speedup_{o}"] = base[best] / times[o]
+    for o in OURS:
+        if o in times:
+            row[f"floor_frac_{o}"] = row["floor_us"] / times[o]
+    return row
+
+
+def print_table(rows, peers, out=sys.stdout):
+    hdr = f"{'shape':<10}{'dtype':<9}" + "".join(f"{p:>15}" for p in peers) + f"{'best peer':>16}{'x fused_graph':>14}{'x fused':>9}{'floor':>8}{'%floor':>8}{'exp-us':>8}"
+    print(hdr, file=out)
+    for r in rows:
+        line = f"{r['shape']:<10}{r['dtype']:<9}" + "".join(
+            f"{r['us'][p]:>15.1f}" if p in r["us"] else f"{'-':>15}" for p in peers)
+        line += f"{r.get('best_peer', '-'):>16}"
+        line += f"{r.get('speedup_fused_graph', float('nan')):>13.2f}x{r.get('speedup_fused', float('nan')):>8.2f}x"
+        line += f"{r['floor_us']:>8.1f}{100 * r.get('floor_frac_fused_graph', float('nan')):>7.0f}%{r['exp_us']:>8.1f}"
+        print(line, file=out)
+    print("(microseconds per forward, median; 'x' = best peer time / ours; %floor = floor / fused_graph)", file=out)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m axial_fused.bench", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shapes", default=",".join(SUITE), help=f"comma list of {', '.join(SUITE)}")
+    ap.add_argument("--dtype", default=None, choices=list(DTYPES), help="override every shape's dtype")
+    ap.add_argument("--peers", default=",".join(PEERS), help=f"comma list of {', '.join(PEERS)}")
+    ap.add_argument("--json", default="bench.json", help="write results here ('' to skip)")
+    ap.add_argument("--png", default="", help="write a bar chart here (needs matplotlib)")
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("axial_fused.bench: no CUDA GPU here; nothing to measure.")
+        return 0
+    import axial_fused as af
+    if af._ext.C is None:
+        print(f"axial_fused.bench: the CUDA extension is not available: {af._ext.error}")
+        return 1
+    shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
+    peers = [p.strip() for p in args.peers.split(",") if p.strip()]
+    for s in shapes:
+        if s not in SUITE:
+            ap.error(f"unknown shape {s!r}; choose from {', '.join(SUITE)}")
+    for p in peers:
+        if p not in PEERS:
+            ap.error(f"unknown peer {p!r}; choose from {', '.join(PEERS)}")
+    ceil = measure_ceilings()
+    print(f"GPU {torch.cuda.get_device_name()}, torch {torch.__version__}: copy {ceil['bandwidth_Bps'] / 1e12:.2f} TB/s, "
+          f"bf16 matmul {ceil['bf16_flops'] / 1e12:.0f} TFLOP/s")
+    rows = []
+    for s in shapes:
+        B, H, W, D, heads, dt = SUITE[s]
+        rows.append(bench_shape(s, B, H, W, D, heads, args.dtype or dt, peers, ceil))
+        torch.cuda.empty_cache()
+    print_table(rows, peers)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "ceilings": ceil,
+                       "rows": rows}, f, indent=1)
+    if args.png:
+        try:
+            import matplotlib
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError:
+            print("matplotlib is not installed: no chart (pip install axial-fused[bench])")
+        else:
+            fig, ax = plt.subplots(figsize=(12, 5))
+            wbar = 0.8 / len(peers)
+            for i, p in enumerate(peers):
+                ax.bar([j + i * wbar for j in range(len(rows))], [r["us"].get(p, 0) for r in rows], wbar, label=p)
+            ax.set_xticks([j + 0.4 for j in range(len(rows))], [r["shape"] for r in rows])
+            ax.set_yscale("log")
+            ax.set_ylabel("µs per forward")
+            ax.legend()
+            fig.savefig(args.png, dpi=120, bbox_inches="tight")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,230 @@
+"""The fused kernels against a float64 reference, on the GPU (skipped without CUDA / the extension).
+
+Every call is strict=True, so a silent fallback cannot pass for the fused path. Tolerance per dtype:
+error(fused vs fp64) <= 2 * error(PyTorch at the same dtype vs fp64) + floor; float32 without TF32
+within 1e-5 relative. The caching allocator is poisoned with NaN before each call, so an output
+element the kernel fails to write shows up as NaN.
+"""
+from __future__ import annotations
+
+import contextlib
+import itertools
+
+import pytest
+import torch
+
+import axial_fused as af
+from axial_fused import _ext
+from helpers import attention64, make_weights, pass64, rand_x, rel_err, to64
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available() or _ext.C is None,
+                                 reason="needs a CUDA device and the compiled extension")]
+
+LENGTHS = [1, 2, 7, 31, 32, 33, 63, 64, 100, 127, 128, 129, 255, 256, 257, 511, 512, 1000, 1024]
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+FLOOR = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 4e-3}
+MAX_ELEMS = 6_000_000  # B * H * W * D per test: keeps the float64 reference quick
+
+
+def specs():
+    return sorted(_ext.specs(), key=lambda s: (s[1], s[2], s[0])) if _ext.C is not None else []
+
+
+def sweep():
+    """(dtype, dim, heads, B, H, W): every spec with four (H, W) pairs drawn from LENGTHS so that
+    across the sweep each length appears on both axes; long lengths meet short ones."""
+    cases = []
+    for i, (dt, d, h) in enumerate(specs()):
+        for j in range(4):
+            a, b = LENGTHS[(5 * i + j) % len(LENGTHS)], LENGTHS[(5 * i + j + 9) % len(LENGTHS)]
+            if j % 2:
+                a, b = b, a
+            while a * b * d > MAX_ELEMS and min(a, b) > 1:
+                a, b = (max(1, a // 4), b) if a <= b else (a, max(1, b // 4))
+            cases.append((dt, d, h, 1 if a * b * d > MAX_ELEMS // 3 else 3, a, b))
+    return cases
+
+
+def poison(nbytes: int) -> None:
+    """Fill the caching allocator's free blocks with NaN so unwritten outputs are caught."""
+    blocks = [torch.full((max(nbytes // 4, 1),), float("nan"), device="cuda") for _ in range(3)]
+    del blocks
+
+
+@contextlib.contextmanager
+def tf32(enabled: bool):
+    old = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = enabled
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
+
+
+@contextlib.contextmanager
+def force_path(path: int):
+    _ext.C.set_path_override(path)
+    try:
+        yield
+    finally:
+        _ext.C.set_path_override(-1)
+
+
+def check(x, w, *, fn="attention", axis="row"):
+    """Run fused (strict) and PyTorch at x.dtype, compare both with float64; assert the tolerance."""
+    w64 = to64(w)
+    if fn == "attention":
+        ref = attention64(x, w64)
+        poison(x.numel() * x.element_size() * 8)
+        with torch.inference_mode():
+            out = af.axial_attention(x, w, strict=True)
+        torch_out = af.reference.reference_axial_attention(x, w)
+    else:
+        ref = pass64(x, w64.row, w.num_heads, axis, w.eps)
+        poison(x.numel() * x.element_size() * 8)
+        with torch.inference_mode():
+            out = af.axial_pass(x, w.row, num_heads=w.num_heads, axis=axis, eps=w.eps, strict=True)
+        torch_out = af.reference.reference_pass(x, *w.row, num_heads=w.num_heads, axis=axis, eps=w.eps)
+    torch.cuda.synchronize()
+    assert out.shape == x.shape and out.dtype == x.dtype and out.device == x.device
+    err, torch_err = rel_err(out, ref), rel_err(torch_out, ref)
+    if x.dtype == torch.float32 and not torch.backends.cuda.matmul.allow_tf32:
+        tol = 1e-5
+    else:
+        tol = 2 * torch_err + FLOOR[x.dtype]
+    assert err <= tol, f"error {err:.3g} > tolerance {tol:.3g} (PyTorch at {x.dtype}: {torch_err:.3g})"
+    return err, torch_err
+
+
+@pytest.mark.parametrize("dt,dim,heads,B,H,W", sweep(), ids=lambda v: str(v))
+def test_sweep(dt, dim, heads, B, H, W):
+    dtype = DTYPES[dt]
+    seed = hash((dt, dim, heads, B, H, W)) % 10_000
+    w = make_weights(dim, heads, dtype, "cuda", seed=seed)
+    x = rand_x((B, H, W, dim), dtype, "cuda", seed + 1)
+    with tf32(False):
+        check(x, w)
+    if dtype == torch.float32:
+        with tf32(True):
+            check(x, w)
+
+
+def _small_spec(dtype_name="bfloat16"):
+    cands = [s for s in specs() if s[0] == dtype_name]
+    return min(cands, key=lambda s: s[1]) if cands else pytest.skip(f"no {dtype_name} spec compiled")
+
+
+@pytest.mark.parametrize("path", [0, 1], ids=["fused", "two_kernel"])
+@pytest.mark.parametrize("dt", list(DTYPES))
+@pytest.mark.parametrize("H,W", [(1, 1), (2, 7), (7, 2), (33, 5), (5, 100), (64, 64), (3, 129)])
+def test_both_paths(path, dt, H, W):
+    _, dim, heads = _small_spec(dt)
+    dtype = DTYPES[dt]
+    w = make_weights(dim, heads, dtype, "cuda", seed=H * 1000 + W)
+    x = rand_x((3, H, W, dim), dtype, "cuda", seed=H + W)
+    with force_path(path), tf32(False):
+        check(x, w)
+
+
+@pytest.mark.parametrize("dt", list(DTYPES))
+@pytest.mark.parametrize("axis", ["row", "col"])
+def test_single_pass(dt, axis):
+    _, dim, heads = _small_spec(dt)
+    w = make_weights(dim, heads, DTYPES[dt], "cuda", seed=3)
+    x = rand_x((2, 17, 40, dim), DTYPES[dt], "cuda", seed=4)
+    with tf32(False):
+        check(x, w, fn="pass", axis=axis)
+
+
+@pytest.mark.parametrize("dt", list(DTYPES))
+def test_many_short_sequences(dt):
+    """Lengths 1..8 pack several sequences into one block (fused path): masks must keep them apart."""
+    _, dim, heads = _small_spec(dt)
+    w = make_weights(dim, heads, DTYPES[dt], "cuda", seed=5)
+    for H, W in [(1, 300), (300, 2), (5, 700), (700, 3)]:
+        x = rand_x((2, H, W, dim), DTYPES[dt], "cuda", seed=H * W)
+        with tf32(False):
+            check(x, w)
+
+
+def test_batch_zero_and_one():
+    _, dim, heads = _small_spec()
+    w = make_weights(dim, heads, torch.bfloat16, "cuda")
+    x = rand_x((0, 8, 8, dim), torch.bfloat16, "cuda", seed=1)
+    with torch.inference_mode():
+        out = af.axial_attention(x, w, strict=True)
+    assert out.shape == x.shape
+    check(rand_x((1, 9, 8, dim), torch.bfloat16, "cuda", seed=2), w)
+
+
+@pytest.mark.parametrize("dt", list(DTYPES))
+def test_non_contiguous_x(dt):
+    """x a slice of a larger tensor, and a transposed view (H and W swapped): read through strides."""
+    _, dim, heads = _small_spec(dt)
+    w = make_weights(dim, heads, DTYPES[dt], "cuda", seed=7)
+    big = rand_x((3, 20, 50, 2 * dim), DTYPES[dt], "cuda", seed=8)
+    with tf32(False):
+        check(big[1:, 2:15, 5:45, dim:], w)
+        check(big[:, :, :, :dim].transpose(1, 2), w)
+
+
+def test_input_not_modified_and_deterministic():
+    _, dim, heads = _small_spec()
+    w = make_weights(dim, heads, torch.bfloat16, "cuda")
+    x = rand_x((2, 30, 40, dim), torch.bfloat16, "cuda", seed=9)
+    x0 = x.clone()
+    with torch.inference_mode():
+        a = af.axial_attention(x, w, strict=True)
+        b = af.axial_attention(x, w, strict=True)
+    assert torch.equal(x, x0)
+    assert torch.equal(a, b)
+
+
+def test_pitfalls_are_caught():
+    """The tolerance is tight enough to see the known mistakes: a dropped output bias, a transposed
+    QKV weight, a LayerNorm without its affine."""
+    _, dim, heads = _small_spec()
+    w = make_weights(dim, heads, torch.bfloat16, "cuda", seed=11)
+    x = rand_x((2, 16, 24, dim), torch.bfloat16, "cuda", seed=12)
+    err, torch_err = check(x, w)
+    ref = attention64(x, to64(w))
+    row = w.row
+    broken = {
+        "no out bias": row._replace(out_bias=torch.zeros_like(row.out_bias)),
+        "qkv transposed": row._replace(qkv_weight=row.qkv_weight.view(dim, 3 * dim).t().contiguous()
+                                       .view(3 * dim, dim)),
+        "no LN affine": row._replace(norm_weight=torch.ones_like(row.norm_weight),
+                                     norm_bias=torch.zeros_like(row.norm_bias)),
+    }
+    for name, bad in broken.items():
+        with torch.inference_mode():
+            out = af.axial_attention(x, w._replace(row=bad), strict=True)
+        assert rel_err(out, ref) > 10 * (2 * torch_err + FLOOR[torch.bfloat16]), name
+
+
+def test_module_fused_matches_reference_model():
+    _, dim, heads = _small_spec()
+    torch.manual_seed(0)
+    ref_model = af.reference.AxialAttentionReference(dim, heads).cuda()
+    with torch.no_grad():
+        for p in ref_model.parameters():
+            p.add_(torch.randn_like(p) * 0.2)
+    model = af.AxialAttention(dim, heads, strict=True).cuda()
+    model.load_state_dict(ref_model.state_dict())
+    x = torch.randn(2, 12, 20, dim, device="cuda")
+    with torch.no_grad(), tf32(False):
+        assert rel_err(model(x), ref_model(x)) < 1e-5
+
+
+def test_strict_raises_when_grad_required():
+    _, dim, heads = _small_spec("float32")
+    model = af.AxialAttention(dim, heads, strict=True).cuda()
+    x = torch.randn(1, 4, 4, dim, device="cuda")
+    with pytest.raises(af.FusedUnavailableError, match="inference-only"):
+        model(x)
+    model.strict = False
+    with pytest.warns(af.FusedFallbackWarning):
+        y = model(x)
+    y.sum().backward()  # the fallback keeps autograd
+    assert model.row_qkv.weight.grad is not None
