@@ -1,0 +1,21 @@
+"""Run one benchmark shape a few times (for ncu / compute-sanitizer): python scripts/profile_pass.py SHAPE [PATH]"""
+import sys
+
+import torch
+
+import axial_fused as af
+from axial_fused import bench
+
+name = sys.argv[1]
+path = {"auto": -1, "fused": 0, "two_kernel": 1}[sys.argv[2] if len(sys.argv) > 2 else "auto"]
+B, H, W, D, heads, dt = bench.SUITE[name]
+model, x = bench._make(B, H, W, D, heads, dt)
+m = model.to("cuda", bench.DTYPES[dt])
+x = x.to("cuda", bench.DTYPES[dt])
+w = af.AxialWeights.from_module(m)
+af._ext.C.set_path_override(path)
+with torch.inference_mode():
+    for _ in range(3):
+        y = af.axial_attention(x, w, strict=True)
+torch.cuda.synchronize()
+print("ok", y.float().norm().item())
