@@ -26,29 +26,36 @@ struct Traits {
   static constexpr int PAD = 16 / ESZ;              // one 16-byte vector per smem row: no ldmatrix bank conflicts
   static constexpr int VEC = 16 / ESZ;              // elements per 16-byte copy
   static constexpr int BN = ESZ == 4 ? 32 : 64;     // keys per attention tile
-  static constexpr int WN = 64;                     // weight rows (output features) per streamed chunk
   static constexpr int BK = 128 / ESZ;              // weight columns per streamed chunk (128 bytes)
   static constexpr int LDX = D + PAD, LDQKV = 3 * D + PAD, LDH = HD + PAD, LDW = BK + PAD, LDP = BN + PAD;
 
-  // Warps per block (each owns 16 token rows). Four, unless the two-kernel attention block would
-  // then need more than fits an Ampere SM (large D): then two.
-  static constexpr size_t k2_bytes(int nw) {
-    const size_t w = 2ull * WN * LDW * ESZ, kv = 4ull * BN * LDH * ESZ;
-    return 16ull * nw * LDX * ESZ + 2ull * 16 * nw * LDH * ESZ + (kv > w ? kv : w) +
-           (M == Mma::Tc16 ? 0 : 16ull * nw * LDP * ESZ);
+  // Warps: RG row groups of 16 tokens x CG column groups. In the projections the column groups take
+  // different 64-wide output chunks; in attention they take different heads. Two column groups where
+  // the two-kernel attention block still fits a Hopper SM's shared memory, else one. fp32 at large D
+  // uses two row groups (32-token tiles) to fit.
+  static constexpr int RG = (ESZ == 4 && D >= 512) ? 2 : 4;
+  static constexpr size_t k2_bytes(int cg) {
+    const size_t w = 2ull * 64 * cg * LDW * ESZ, kv = 4ull * cg * BN * LDH * ESZ;
+    return 16ull * RG * LDX * ESZ + 2ull * cg * 16 * RG * LDH * ESZ + (kv > w ? kv : w) +
+           (M == Mma::Tc16 ? 0 : 16ull * RG * cg * LDP * ESZ);
   }
-  static constexpr int NW = k2_bytes(4) <= 160 * 1024 ? 4 : 2;
-  static constexpr int BM = 16 * NW, THREADS = 32 * NW;
+  static constexpr int CG = (HEADS % 2 == 0 && k2_bytes(2) <= 220 * 1024) ? 2 : 1;
+  static constexpr int NW = RG * CG;
+  static constexpr int BM = 16 * RG, THREADS = 32 * NW;
+  static constexpr int WN = 64 * CG;                 // weight rows (output features) per streamed chunk
   static constexpr int ROW_ALIGN = BM > BN ? BM : BN;  // fused buffer rows are a multiple of this
 
   static constexpr size_t X_BYTES = size_t(BM) * LDX * ESZ;         // LN tile, then attention output tile
   static constexpr size_t W_BYTES = 2ull * WN * LDW * ESZ;           // streamed weight chunks, 2 stages
   static constexpr size_t P_BYTES = M == Mma::Tc16 ? 0 : 16ull * NW * LDP * ESZ;  // probabilities (fp32 modes)
-  static constexpr size_t Q_BYTES = 2ull * BM * LDH * ESZ;           // two-kernel: one head of queries, 2 stages
-  static constexpr size_t KV_BYTES = 4ull * BN * LDH * ESZ;          // two-kernel: K and V tiles, 2 stages
-  static constexpr size_t fused_bytes(int rows) { return X_BYTES + W_BYTES + P_BYTES + size_t(rows) * LDQKV * ESZ; }
+  static constexpr size_t OFF_BYTES = 2ull * BM * sizeof(int64_t);   // per-row x and out offsets of a tile
+  static constexpr size_t Q_BYTES = 2ull * CG * BM * LDH * ESZ;      // two-kernel: CG heads of queries, 2 stages
+  static constexpr size_t KV_BYTES = 4ull * CG * BN * LDH * ESZ;     // two-kernel: K and V tiles, 2 stages
+  static constexpr size_t fused_bytes(int rows) {
+    return OFF_BYTES + X_BYTES + W_BYTES + P_BYTES + size_t(rows) * LDQKV * ESZ;
+  }
   static constexpr size_t K1_BYTES = X_BYTES + W_BYTES;
-  static constexpr size_t K2_BYTES = k2_bytes(NW);
+  static constexpr size_t K2_BYTES = OFF_BYTES + k2_bytes(CG);
 
   static_assert(D % 64 == 0, "dim must be a multiple of 64");
   static_assert(D % HEADS == 0 && HD % 16 == 0 && HD <= 128, "head_dim must be a multiple of 16, at most 128");
@@ -122,22 +129,26 @@ __device__ __forceinline__ void layernorm_tile(const PassParams& p, typename Tr:
 
 // Y (BM x N) = A (BM x K, shared, row stride lda) @ W^T, W (N x K) row-major in global memory,
 // streamed through `ws` in (WN x BK) chunks, two stages deep (cp.async). Warp w computes rows
-// [16w, 16w+16) when `active`. epi(row, col, y[row][col], y[row][col+1]) receives every pair.
-// Starts and ends with all threads synchronised on `ws`.
+// [16 rg, 16 rg + 16) and the 64 columns [64 cg, 64 cg + 64) of each chunk (rg = w % RG,
+// cg = w / RG) when `active` (a chunk may stick out past N: those columns are skipped).
+// epi(row, col, y[row][col], y[row][col+1]) receives every pair. Starts and ends with all threads
+// synchronised on `ws`.
 template <class Tr, int N, int K, class Epi>
 __device__ __forceinline__ void block_gemm(const typename Tr::T* As, int lda, const typename Tr::T* W,
                                            typename Tr::T* ws, bool active, Epi&& epi) {
   using T = typename Tr::T;
-  constexpr int WN = Tr::WN, BK = Tr::BK, LDW = Tr::LDW, NT = WN / 8;
-  constexpr int KC = K / BK, ITERS = (N / WN) * KC, CHUNK_VECS = WN * BK / Tr::VEC;
-  static_assert(N % WN == 0 && K % BK == 0, "weight chunks must tile the weight");
+  constexpr int WN = Tr::WN, BK = Tr::BK, LDW = Tr::LDW, NT = 8;
+  constexpr int KC = K / BK, NC = (N + WN - 1) / WN, ITERS = NC * KC, ROW_VECS = BK / Tr::VEC;
+  static_assert(N % 64 == 0 && K % BK == 0, "weight chunks must tile the weight");
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int rg = warp % Tr::RG, cg = warp / Tr::RG;
 
   auto load = [&](int it) {
     const int n0 = (it / KC) * WN, k0 = (it % KC) * BK;
+    const int rows = N - n0 < WN ? N - n0 : WN;
     T* dst = ws + (it & 1) * WN * LDW;
-    for (int v = threadIdx.x; v < CHUNK_VECS; v += Tr::THREADS) {
-      const int r = v / (BK / Tr::VEC), c = (v % (BK / Tr::VEC)) * Tr::VEC;
+    for (int v = threadIdx.x; v < rows * ROW_VECS; v += Tr::THREADS) {
+      const int r = v / ROW_VECS, c = (v % ROW_VECS) * Tr::VEC;
       cp_async16(dst + r * LDW + c, W + int64_t(n0 + r) * K + k0 + c, true);
     }
     cp_async_commit();
@@ -153,19 +164,18 @@ __device__ __forceinline__ void block_gemm(const typename Tr::T* As, int lda, co
       cp_async_wait<0>();
     }
     __syncthreads();
-    const int kc = it % KC;
+    const int kc = it % KC, n0 = (it / KC) * WN + cg * 64;
     if (kc == 0) {
 #pragma unroll
       for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
     }
-    if (active) {
-      warp_mma_nt<Tr::M, BK, NT>(acc, As + warp * 16 * lda + kc * BK, lda, ws + (it & 1) * WN * LDW, LDW);
+    if (active && n0 < N) {
+      warp_mma_nt<Tr::M, BK, NT>(acc, As + rg * 16 * lda + kc * BK, lda, ws + (it & 1) * WN * LDW + cg * 64 * LDW, LDW);
       if (kc == KC - 1) {
-        const int n0 = (it / KC) * WN;
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
-          epi(warp * 16 + g, n0 + j * 8 + 2 * t, acc[j][0], acc[j][1]);
-          epi(warp * 16 + g + 8, n0 + j * 8 + 2 * t, acc[j][2], acc[j][3]);
+          epi(rg * 16 + g, n0 + j * 8 + 2 * t, acc[j][0], acc[j][1]);
+          epi(rg * 16 + g + 8, n0 + j * 8 + 2 * t, acc[j][2], acc[j][3]);
         }
       }
     }
@@ -270,22 +280,34 @@ __device__ __forceinline__ void attend_tile(AttnState<Tr>& st, const typename Tr
   }
 }
 
-// Output projection of the BM x D attention output in `os` + bias + residual; row r of the tile is
-// token (seq_of(r), tok_of(r)); rows where valid(r) is false are not written.
+// Token offsets of the rows of a tile, computed once (the 64-bit divisions stay out of the epilogues):
+// xo[r] / oo[r] = offsets of row r's token in x / out, or -1 for rows past the end.
 template <class Tr, class RowTok>
+__device__ __forceinline__ void row_offsets(const PassParams& p, int64_t* xo, int64_t* oo, RowTok row_tok) {
+  for (int r = threadIdx.x; r < Tr::BM; r += Tr::THREADS) {
+    int64_t s, l;
+    const bool ok = row_tok(r, s, l);
+    xo[r] = ok ? x_offset(p, s, l) : -1;
+    oo[r] = ok ? out_offset(p, s, l) : -1;
+  }
+}
+
+// Output projection of the BM x D attention output in `os` + bias + residual, rows addressed by the
+// offsets from row_offsets (which must be visible to all threads: a barrier after writing them).
+template <class Tr>
 __device__ __forceinline__ void out_projection(const PassParams& p, const typename Tr::T* os, typename Tr::T* ws,
-                                               bool active, RowTok row_tok) {
+                                               bool active, const int64_t* xo, const int64_t* oo) {
   using T = typename Tr::T;
   const T* x = static_cast<const T*>(p.x);
   const T* bias = static_cast<const T*>(p.b_out);
   T* out = static_cast<T*>(p.out);
   block_gemm<Tr, Tr::D, Tr::D>(os, Tr::LDX, static_cast<const T*>(p.w_out), ws, active,
                                [&](int r, int c, float a, float b) {
-                                 int64_t s, l;
-                                 if (!row_tok(r, s, l)) return;
-                                 const float2 res = load2(x + x_offset(p, s, l) + c);
+                                 const int64_t xr = xo[r];
+                                 if (xr < 0) return;
+                                 const float2 res = load2(x + xr + c);
                                  const float2 bv = load2(bias + c);
-                                 store2(out + out_offset(p, s, l) + c, a + bv.x + res.x, b + bv.y + res.y);
+                                 store2(out + oo[r] + c, a + bv.x + res.x, b + bv.y + res.y);
                                });
 }
 
@@ -296,12 +318,16 @@ __global__ void __launch_bounds__(Tr::THREADS) fused_pass_kernel(const __grid_co
   using T = typename Tr::T;
   constexpr int D = Tr::D, HD = Tr::HD, BM = Tr::BM, BN = Tr::BN, LDQKV = Tr::LDQKV;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  T* xs = reinterpret_cast<T*>(smem_raw);                       // BM x LDX
-  T* ws = reinterpret_cast<T*>(smem_raw + Tr::X_BYTES);         // 2 x WN x LDW
-  T* ps = reinterpret_cast<T*>(smem_raw + Tr::X_BYTES + Tr::W_BYTES);                 // NW x 16 x LDP
-  T* qkv = reinterpret_cast<T*>(smem_raw + Tr::X_BYTES + Tr::W_BYTES + Tr::P_BYTES);  // rows_alloc x LDQKV
+  int64_t* xo = reinterpret_cast<int64_t*>(smem_raw);             // BM row offsets into x
+  int64_t* oo = xo + BM;                                          // BM row offsets into out
+  unsigned char* base = smem_raw + Tr::OFF_BYTES;
+  T* xs = reinterpret_cast<T*>(base);                             // BM x LDX
+  T* ws = reinterpret_cast<T*>(base + Tr::X_BYTES);               // 2 x WN x LDW
+  T* ps = reinterpret_cast<T*>(base + Tr::X_BYTES + Tr::W_BYTES);                 // NW x 16 x LDP
+  T* qkv = reinterpret_cast<T*>(base + Tr::X_BYTES + Tr::W_BYTES + Tr::P_BYTES);  // rows_alloc x LDQKV
 
   const int L = p.len, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2;
+  const int rg = warp % Tr::RG, cg = warp / Tr::RG;
   const int64_t s0 = int64_t(blockIdx.x) * p.group;
   const int rows = int(p.num_seq - s0 < p.group ? p.num_seq - s0 : p.group) * L;
   const int rows_alloc = (rows + Tr::ROW_ALIGN - 1) / Tr::ROW_ALIGN * Tr::ROW_ALIGN;
@@ -317,32 +343,34 @@ __global__ void __launch_bounds__(Tr::THREADS) fused_pass_kernel(const __grid_co
                              [&](int r, int c, float a, float b) { store2(qkv + (r0 + r) * LDQKV + c, a, b); });
   }
 
-  // Phase 2: attention for BM queries at a time, then the output projection.
+  // Phase 2: attention for BM queries at a time (column groups take alternate heads), then the
+  // output projection.
   for (int q0 = 0; q0 < rows; q0 += BM) {
-    const int rw = q0 + warp * 16;  // this warp's first query row
+    row_offsets<Tr>(p, xo, oo, [&](int r, int64_t& s, int64_t& l) {
+      const int rr = q0 + r;
+      s = s0 + rr / L;
+      l = rr % L;
+      return rr < rows;
+    });
+    const int rw = q0 + rg * 16;  // this warp's first query row
     const bool active = rw < rows;
     if (active) {
       const int ra = min(rw + g, rows - 1), rb = min(rw + g + 8, rows - 1);
       const int lo[2] = {ra / L * L, rb / L * L};
       const int hi[2] = {lo[0] + L, lo[1] + L};
       const int klo = rw / L * L / BN * BN, khi = min(rw + 15, rows - 1) / L * L + L;
-      for (int h = 0; h < Tr::HEADS; ++h) {
+      for (int h = cg; h < Tr::HEADS; h += Tr::CG) {
         AttnState<Tr> st;
         st.init();
         for (int kt = klo; kt < khi; kt += BN) {
           attend_tile<Tr>(st, qkv + rw * LDQKV + h * HD, LDQKV, qkv + kt * LDQKV + D + h * HD,
                           qkv + kt * LDQKV + 2 * D + h * HD, LDQKV, kt, lo, hi, p.scale_log2, ps + warp * 16 * Tr::LDP);
         }
-        st.store(xs + warp * 16 * Tr::LDX + h * HD, Tr::LDX);
+        st.store(xs + rg * 16 * Tr::LDX + h * HD, Tr::LDX);
       }
     }
     __syncthreads();
-    out_projection<Tr>(p, xs, ws, active, [&](int r, int64_t& s, int64_t& l) {
-      const int rr = q0 + r;
-      s = s0 + rr / L;
-      l = rr % L;
-      return rr < rows;
-    });
+    out_projection<Tr>(p, xs, ws, active, xo, oo);
   }
 }
 
@@ -371,43 +399,58 @@ __global__ void __launch_bounds__(Tr::THREADS) ln_qkv_kernel(const __grid_consta
 template <class Tr>
 __global__ void __launch_bounds__(Tr::THREADS) attn_out_kernel(const __grid_constant__ PassParams p) {
   using T = typename Tr::T;
-  constexpr int D = Tr::D, HD = Tr::HD, BM = Tr::BM, BN = Tr::BN, LDH = Tr::LDH, VEC = Tr::VEC;
+  constexpr int D = Tr::D, HD = Tr::HD, BM = Tr::BM, BN = Tr::BN, LDH = Tr::LDH, VEC = Tr::VEC, CG = Tr::CG;
+  constexpr int HG = (Tr::HEADS + CG - 1) / CG;  // head groups: CG heads at a time, one per column group
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  T* xs = reinterpret_cast<T*>(smem_raw);                                   // BM x LDX: attention output
-  T* qs = reinterpret_cast<T*>(smem_raw + Tr::X_BYTES);                     // 2 x BM x LDH
-  T* ps = reinterpret_cast<T*>(smem_raw + Tr::X_BYTES + Tr::Q_BYTES);       // NW x 16 x LDP
-  T* kv = reinterpret_cast<T*>(smem_raw + Tr::X_BYTES + Tr::Q_BYTES + Tr::P_BYTES);  // 2 x (K, V) x BN x LDH; later W chunks
+  int64_t* xo = reinterpret_cast<int64_t*>(smem_raw);
+  int64_t* oo = xo + BM;
+  unsigned char* sbase = smem_raw + Tr::OFF_BYTES;
+  T* xs = reinterpret_cast<T*>(sbase);                                    // BM x LDX: attention output
+  T* qs = reinterpret_cast<T*>(sbase + Tr::X_BYTES);                      // 2 stages x CG x BM x LDH
+  T* ps = reinterpret_cast<T*>(sbase + Tr::X_BYTES + Tr::Q_BYTES);        // NW x 16 x LDP
+  T* kv = reinterpret_cast<T*>(sbase + Tr::X_BYTES + Tr::Q_BYTES + Tr::P_BYTES);  // 2 x CG x (K, V) x BN x LDH; later W
 
-  const int L = p.len, warp = threadIdx.x >> 5;
+  const int L = p.len, warp = threadIdx.x >> 5, rg = warp % Tr::RG, cg = warp / Tr::RG;
   const int nqt = (L + BM - 1) / BM, nkt = (L + BN - 1) / BN;
   const int64_t s = blockIdx.x / nqt;
   const int q0 = int(blockIdx.x % nqt) * BM;
   const T* base = static_cast<const T*>(p.scratch) + s * L * (3 * D);
 
+  row_offsets<Tr>(p, xo, oo, [&](int r, int64_t& ss, int64_t& l) {
+    ss = s;
+    l = q0 + r;
+    return q0 + r < L;
+  });
+
   auto load = [&](int it) {
-    const int h = it / nkt, kt = it % nkt, buf = it & 1;
-    if (kt == 0) {
-      for (int v = threadIdx.x; v < BM * HD / VEC; v += Tr::THREADS) {
-        const int r = v / (HD / VEC), c = (v % (HD / VEC)) * VEC, row = q0 + r;
-        const bool ok = row < L;
-        cp_async16(qs + (h & 1) * BM * LDH + r * LDH + c, ok ? base + int64_t(row) * 3 * D + h * HD + c : base, ok);
+    const int hg = it / nkt, kt = it % nkt, buf = it & 1;
+    for (int c2 = 0; c2 < CG; ++c2) {
+      const int h = hg * CG + c2;
+      if (h >= Tr::HEADS) break;
+      if (kt == 0) {
+        T* qd = qs + ((hg & 1) * CG + c2) * BM * LDH;
+        for (int v = threadIdx.x; v < BM * HD / VEC; v += Tr::THREADS) {
+          const int r = v / (HD / VEC), c = (v % (HD / VEC)) * VEC, row = q0 + r;
+          const bool ok = row < L;
+          cp_async16(qd + r * LDH + c, ok ? base + int64_t(row) * 3 * D + h * HD + c : base, ok);
+        }
       }
-    }
-    T* ks = kv + buf * 2 * BN * LDH;
-    for (int v = threadIdx.x; v < BN * HD / VEC; v += Tr::THREADS) {
-      const int r = v / (HD / VEC), c = (v % (HD / VEC)) * VEC, row = kt * BN + r;
-      const bool ok = row < L;
-      const T* src = ok ? base + int64_t(row) * 3 * D + D + h * HD + c : base;
-      cp_async16(ks + r * LDH + c, src, ok);
-      cp_async16(ks + BN * LDH + r * LDH + c, ok ? src + D : base, ok);
+      T* ks = kv + (buf * CG + c2) * 2 * BN * LDH;
+      for (int v = threadIdx.x; v < BN * HD / VEC; v += Tr::THREADS) {
+        const int r = v / (HD / VEC), c = (v % (HD / VEC)) * VEC, row = kt * BN + r;
+        const bool ok = row < L;
+        const T* src = ok ? base + int64_t(row) * 3 * D + D + h * HD + c : base;
+        cp_async16(ks + r * LDH + c, src, ok);
+        cp_async16(ks + BN * LDH + r * LDH + c, ok ? src + D : base, ok);
+      }
     }
     cp_async_commit();
   };
 
-  const int rw = q0 + warp * 16;
+  const int rw = q0 + rg * 16;
   const bool active = rw < L;
   const int lo[2] = {0, 0}, hi[2] = {L, L};
-  const int iters = Tr::HEADS * nkt;
+  const int iters = HG * nkt;
   AttnState<Tr> st;
   load(0);
   for (int it = 0; it < iters; ++it) {
@@ -418,21 +461,17 @@ __global__ void __launch_bounds__(Tr::THREADS) attn_out_kernel(const __grid_cons
       cp_async_wait<0>();
     }
     __syncthreads();
-    const int h = it / nkt, kt = it % nkt;
-    if (active) {
+    const int hg = it / nkt, kt = it % nkt, h = hg * CG + cg;
+    if (active && h < Tr::HEADS) {
       if (kt == 0) st.init();
-      const T* ks = kv + (it & 1) * 2 * BN * LDH;
-      attend_tile<Tr>(st, qs + (h & 1) * BM * LDH + warp * 16 * LDH, LDH, ks, ks + BN * LDH, LDH, kt * BN, lo, hi,
-                      p.scale_log2, ps + warp * 16 * Tr::LDP);
-      if (kt == nkt - 1) st.store(xs + warp * 16 * Tr::LDX + h * HD, Tr::LDX);
+      const T* ks = kv + ((it & 1) * CG + cg) * 2 * BN * LDH;
+      attend_tile<Tr>(st, qs + ((hg & 1) * CG + cg) * BM * LDH + rg * 16 * LDH, LDH, ks, ks + BN * LDH, LDH, kt * BN,
+                      lo, hi, p.scale_log2, ps + warp * 16 * Tr::LDP);
+      if (kt == nkt - 1) st.store(xs + rg * 16 * Tr::LDX + h * HD, Tr::LDX);
     }
     __syncthreads();
   }
-  out_projection<Tr>(p, xs, kv, active, [&](int r, int64_t& ss, int64_t& l) {
-    ss = s;
-    l = q0 + r;
-    return q0 + r < L;
-  });
+  out_projection<Tr>(p, xs, kv, active, xo, oo);
 }
 
 // ---- host side: one specialization --------------------------------------------------------------
