@@ -24,23 +24,24 @@ def main() -> int:
     from .functional import fallback_reason
     print(f"GPU: {torch.cuda.get_device_name()}")
     # correctness: fused vs float64 on small shapes, every compiled dtype of the smallest dim
-    worst = 0.0
     for dt, d, h in sorted(af._ext.specs()):
         if d > 256:
             continue
         model, x = bench._make(2, 24, 40, d, h, dt)
         dtype = bench.DTYPES[dt]
-        ref = model.double()(x.double())
-        m = model.to("cuda", dtype)
-        xc = x.to("cuda", dtype)
-        w = af.AxialWeights.from_module(m)
-        if fallback_reason(xc, w):
-            continue
-        with torch.inference_mode():
+        with torch.inference_mode():  # the fused path is inference-only
+            ref = model.double()(x.double())
+            m = model.to("cuda", dtype)
+            xc = x.to("cuda", dtype)
+            w = af.AxialWeights.from_module(m)
+            reason = fallback_reason(xc, w)
+            if reason:
+                print(f"  check {dt:>9} dim {d:>4} heads {h:>2}: skipped, fused path unavailable: {reason}")
+                continue
             out = af.axial_attention(xc, w, strict=True).double().cpu()
         err = ((out - ref).norm() / ref.norm()).item()
-        worst = max(worst, err if dtype != torch.float32 else err * 100)
-        print(f"  check {dt:>9} dim {d:>4} heads {h:>2}: rel err vs float64 {err:.2e}")
+        print(f"  check {dt:>9} dim {d:>4} heads {h:>2}: rel err vs float64 {err:.2e}"
+              + ("" if err < (2e-2 if dtype != torch.float32 else 2e-3) else "  <-- LARGER THAN EXPECTED"))
     peers = ["eager", "sdpa", "graph", "fused", "fused_graph"]
     ceil = bench.measure_ceilings()
     rows = []
