@@ -35,14 +35,6 @@ template <> struct Pack2<float> {
   static __device__ __forceinline__ float2 unpack(float2 v) { return v; }
 };
 
-template <class T> __device__ __forceinline__ float to_f(T v) { return static_cast<float>(v); }
-template <> __device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
-template <> __device__ __forceinline__ float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-template <class T> __device__ __forceinline__ T from_f(float v) { return static_cast<T>(v); }
-template <> __device__ __forceinline__ __half from_f(float v) { return __float2half_rn(v); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_f(float v) { return __float2bfloat16_rn(v); }
-
 // Store two adjacent values (8-byte or 4-byte aligned pair).
 template <class T> __device__ __forceinline__ void store2(T* p, float a, float b) {
   *reinterpret_cast<typename Pack2<T>::type*>(p) = Pack2<T>::make(a, b);

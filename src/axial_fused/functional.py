@@ -40,13 +40,18 @@ class PassWeights(NamedTuple):
     out_bias: torch.Tensor     # [D]
 
 
+def _as_pass(pw, name: str) -> PassWeights:
+    """pw as a PassWeights (a 5-tuple or list is accepted); TypeError otherwise."""
+    if isinstance(pw, PassWeights):
+        return pw
+    if isinstance(pw, (tuple, list)) and len(pw) == 5:
+        return PassWeights(*pw)
+    raise TypeError(f"{name} must be a PassWeights (or a 5-tuple), got {type(pw).__name__}")
+
+
 def _check_pass(pw, name: str, dim: int | None = None) -> int:
     """Validate one PassWeights; return D."""
-    if not isinstance(pw, PassWeights):
-        if isinstance(pw, (tuple, list)) and len(pw) == 5:
-            pw = PassWeights(*pw)
-        else:
-            raise TypeError(f"{name} must be a PassWeights (or a 5-tuple), got {type(pw).__name__}")
+    pw = _as_pass(pw, name)
     for field, t in zip(_FIELDS, pw):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name}.{field} must be a torch.Tensor, got {type(t).__name__}")
@@ -189,7 +194,7 @@ def fallback_reason(x: torch.Tensor, weights, *, axis: str | None = None) -> str
     ``weights``: an :class:`AxialWeights`, or a :class:`PassWeights` with ``axis`` given (for
     :func:`axial_pass`, whose ``num_heads`` then comes from the keyword form of that call and is not
     needed here). Inputs that are invalid raise, as the call would."""
-    passes = [weights.row, weights.col] if isinstance(weights, AxialWeights) else [PassWeights(*weights)]
+    passes = [weights.row, weights.col] if isinstance(weights, AxialWeights) else [_as_pass(weights, "weights")]
     dim = _check_pass(passes[0], "weights")
     _check_x(x, dim, passes[0].norm_weight)
     return _reason(x, passes, dim, weights.num_heads if isinstance(weights, AxialWeights) else None)
@@ -277,9 +282,8 @@ def axial_pass(x: torch.Tensor, pass_weights: PassWeights, *, num_heads: int, ax
     """One pass: ``x + OutProj(MHA(QKV(LN(x))))`` along ``axis`` ("row" or "col")."""
     if axis not in ("row", "col"):
         raise ValueError(f"axis must be 'row' or 'col', got {axis!r}")
-    pw = pass_weights if isinstance(pass_weights, PassWeights) else None
-    dim = _check_pass(pass_weights, "pass_weights")
-    pw = pw or PassWeights(*pass_weights)
+    pw = _as_pass(pass_weights, "pass_weights")
+    dim = _check_pass(pw, "pass_weights")
     _check_heads(num_heads, dim)
     _check_x(x, dim, pw.norm_weight)
     reason = _reason(x, (pw,), dim, num_heads)
