@@ -50,7 +50,13 @@ const SpecInfo* find_spec(int dtype, int64_t dim, int64_t heads) {
 struct DeviceInfo {
   int sms = 0;
   int smem_optin = 0;
+  int arch = 0;  // compute capability major * 10 + minor
 };
+
+// Whether this binary holds sm_90a code (the Hopper wgmma kernels); a plain sm_90 build does not.
+bool built_with_sm90a() {
+  return (std::string(";") + AXIAL_FUSED_ARCH_LIST + ";").find(";90a;") != std::string::npos;
+}
 
 const DeviceInfo& device_info(int device) {
   static std::array<DeviceInfo, 64> infos;
@@ -61,6 +67,7 @@ const DeviceInfo& device_info(int device) {
     C10_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
     infos[device].sms = prop.multiProcessorCount;
     infos[device].smem_optin = int(prop.sharedMemPerBlockOptin);
+    infos[device].arch = prop.major * 10 + prop.minor;
   });
   return infos[device];
 }
@@ -170,6 +177,7 @@ void run_pass(const SpecInfo* spec, const at::Tensor& in, const at::Tensor& out,
   p.math = (spec->dtype == kFloat32 && at::globalContext().allowTF32CuBLAS()) ? kTf32 : kExactFp32;
 
   const int device = in.get_device();
+  p.arch = device_info(device).arch == 90 && built_with_sm90a() ? 90 : 0;
   const Plan plan = plan_pass(spec, p.num_seq, p.len, p.math, device);
   p.path = plan.path;
   p.group = plan.group;

@@ -127,6 +127,18 @@ def test_both_paths(path, dt, H, W):
         check(x, w)
 
 
+@pytest.mark.parametrize("dt,dim,heads", specs(), ids=lambda v: str(v))
+def test_two_kernel_every_spec(dt, dim, heads):
+    """The two-kernel path's tile configuration depends on (dim, dtype) (e.g. 64 or 128 tokens per
+    block, 64- or 128-wide weight chunks on Hopper): force it on every spec, with token counts that
+    are not multiples of any tile (2 * 9 * 37 = 666)."""
+    dtype = DTYPES[dt]
+    w = make_weights(dim, heads, dtype, "cuda", seed=dim + heads)
+    x = rand_x((2, 9, 37, dim), dtype, "cuda", seed=dim)
+    with force_path(1), tf32(False):
+        check(x, w)
+
+
 @pytest.mark.parametrize("dt", list(DTYPES))
 @pytest.mark.parametrize("axis", ["row", "col"])
 def test_single_pass(dt, axis):

@@ -40,6 +40,7 @@ struct PassParams {
   float eps;
   float scale_log2;  // log2(e) / sqrt(head_dim)
 
+  int arch;       // the device's compute capability, major * 10 + minor (90 selects the Hopper kernels)
   int path;       // PassPath
   int math;       // MathMode (float32 only)
   int group;      // fused path: sequences per block

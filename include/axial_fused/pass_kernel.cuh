@@ -14,6 +14,7 @@
 
 #include "axial_fused/params.h"
 #include "axial_fused/warp_mma.cuh"
+#include "axial_fused/wgmma.cuh"
 
 namespace axial_fused {
 
@@ -83,22 +84,21 @@ __device__ __forceinline__ float warp_sum(float v) {
 
 // ---- step 1: LayerNorm of BM tokens into shared memory -----------------------------------------
 
-// xs[r] = LN(x[row_off(r)]) for r < BM; rows with row_off(r) < 0 are zero. One warp per row, two-pass
-// statistics in fp32 from registers (each lane holds D/32 values).
-template <class Tr, class RowOff>
-__device__ __forceinline__ void layernorm_tile(const PassParams& p, typename Tr::T* xs, RowOff row_off) {
-  using T = typename Tr::T;
-  constexpr int D = Tr::D, NV = D / 64;
+// LayerNorm of ROWS tokens, one warp per row (NWARPS warps): store(r, d, y[d], y[d+1]) receives each
+// normalised pair of row r; rows with row_off(r) < 0 get zeros. Two-pass statistics in fp32 from
+// registers (each lane holds D/32 values).
+template <class T, int D, int ROWS, int NWARPS, class RowOff, class Store>
+__device__ __forceinline__ void layernorm_rows(const PassParams& p, RowOff row_off, Store store) {
+  constexpr int NV = D / 64;
   const T* x = static_cast<const T*>(p.x);
   const T* w = static_cast<const T*>(p.ln_w);
   const T* b = static_cast<const T*>(p.ln_b);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  for (int r = warp; r < Tr::BM; r += Tr::NW) {
-    T* dst = xs + r * Tr::LDX;
+  for (int r = warp; r < ROWS; r += NWARPS) {
     const int64_t off = row_off(r);
     if (off < 0) {
 #pragma unroll
-      for (int i = 0; i < NV; ++i) store2(dst + 2 * lane + 64 * i, 0.f, 0.f);
+      for (int i = 0; i < NV; ++i) store(r, 2 * lane + 64 * i, 0.f, 0.f);
       continue;
     }
     float2 v[NV];
@@ -120,9 +120,16 @@ __device__ __forceinline__ void layernorm_tile(const PassParams& p, typename Tr:
     for (int i = 0; i < NV; ++i) {
       const int d = 2 * lane + 64 * i;
       const float2 wv = load2(w + d), bv = load2(b + d);
-      store2(dst + d, (v[i].x - mean) * rstd * wv.x + bv.x, (v[i].y - mean) * rstd * wv.y + bv.y);
+      store(r, d, (v[i].x - mean) * rstd * wv.x + bv.x, (v[i].y - mean) * rstd * wv.y + bv.y);
     }
   }
+}
+
+// xs[r] = LN(x[row_off(r)]) for the BM rows of a tile (row stride LDX).
+template <class Tr, class RowOff>
+__device__ __forceinline__ void layernorm_tile(const PassParams& p, typename Tr::T* xs, RowOff row_off) {
+  layernorm_rows<typename Tr::T, Tr::D, Tr::BM, Tr::NW>(
+      p, row_off, [&](int r, int d, float a, float b) { store2(xs + r * Tr::LDX + d, a, b); });
 }
 
 // ---- step 2: a block-wide product with a streamed weight ---------------------------------------
@@ -396,6 +403,51 @@ __global__ void __launch_bounds__(Tr::THREADS) ln_qkv_kernel(const __grid_consta
   });
 }
 
+// Hopper LN + QKV (two-kernel path, part 1, 16-bit types on sm_90a): BM tokens per block, their
+// normalised rows resident in shared memory (SW128), the QKV weight streamed through cp.async stages
+// into wgmma (wgmma.cuh). Same output as ln_qkv_kernel.
+template <class T, int D>
+struct QkvSm90 {
+  static constexpr int N = 3 * D;
+  static constexpr size_t BUDGET = 227 * 1024 - 1024;  // opt-in limit less the alignment slack
+  static constexpr int WGM = size_t(128) * D * 2 + 3 * 8192 <= BUDGET ? 2 : 1;  // 128 or 64 tokens per block
+  static constexpr int BM = 64 * WGM, WGN = 2 / WGM;
+  static constexpr size_t A_BYTES = size_t(BM) * D * 2;
+  static constexpr size_t stage_bytes(int bnw) { return size_t(WGN) * bnw * 128; }
+  static constexpr int BNW = (N % (WGN * 128) == 0 && A_BYTES + 3 * stage_bytes(128) <= BUDGET) ? 128 : 64;
+  static constexpr size_t STAGE = stage_bytes(BNW);
+  static constexpr int S = (BUDGET - A_BYTES) / STAGE >= 4 ? 4 : 3;
+  static constexpr size_t SMEM = 1024 + A_BYTES + S * STAGE;
+  static_assert(A_BYTES + S * STAGE <= BUDGET && N % (WGN * BNW) == 0, "no Hopper QKV configuration fits");
+};
+
+template <class T, int D>
+__global__ void __launch_bounds__(256, 1) ln_qkv_sm90_kernel(const __grid_constant__ PassParams p) {
+#if AXIAL_FUSED_SM90
+  using C = QkvSm90<T, D>;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  unsigned char* base = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
+  T* A = reinterpret_cast<T*>(base);
+  T* ws = reinterpret_cast<T*>(base + C::A_BYTES);
+  T* qkv = static_cast<T*>(p.scratch);
+  const int64_t L = p.len, tokens = p.num_seq * L, t0 = int64_t(blockIdx.x) * C::BM;
+  layernorm_rows<T, D, C::BM, 8>(
+      p,
+      [&](int r) -> int64_t {
+        const int64_t tk = t0 + r;
+        return tk < tokens ? x_offset(p, tk / L, tk % L) : -1;
+      },
+      [&](int r, int d, float a, float b) { store2(A + sw128_index<C::BM>(r, d), a, b); });
+  fence_proxy_async();
+  wg_gemm<T, C::WGM, C::WGN, C::BNW, C::N, D, C::S>(A, static_cast<const T*>(p.w_qkv), ws,
+                                                    [&](int r, int c, float a, float b) {
+                                                      if (t0 + r < tokens) store2(qkv + (t0 + r) * C::N + c, a, b);
+                                                    });
+#else
+  __trap();
+#endif
+}
+
 template <class Tr>
 __global__ void __launch_bounds__(Tr::THREADS) attn_out_kernel(const __grid_constant__ PassParams p) {
   using T = typename Tr::T;
@@ -500,8 +552,17 @@ struct Spec {
                               Tr::fused_bytes(rows), stream, p);
     }
     const int64_t tokens = p.num_seq * p.len;
-    cudaError_t e = launch_with_smem(ln_qkv_kernel<Tr>, (tokens + Tr::BM - 1) / Tr::BM, Tr::THREADS, Tr::K1_BYTES,
-                                     stream, p);
+    cudaError_t e;
+    if constexpr (M == Mma::Tc16) {
+      if (p.arch == 90) {
+        using C = QkvSm90<T, D>;
+        e = launch_with_smem(ln_qkv_sm90_kernel<T, D>, (tokens + C::BM - 1) / C::BM, 256, C::SMEM, stream, p);
+      } else {
+        e = launch_with_smem(ln_qkv_kernel<Tr>, (tokens + Tr::BM - 1) / Tr::BM, Tr::THREADS, Tr::K1_BYTES, stream, p);
+      }
+    } else {
+      e = launch_with_smem(ln_qkv_kernel<Tr>, (tokens + Tr::BM - 1) / Tr::BM, Tr::THREADS, Tr::K1_BYTES, stream, p);
+    }
     if (e != cudaSuccess) return e;
     return launch_with_smem(attn_out_kernel<Tr>, p.num_seq * ((p.len + Tr::BM - 1) / Tr::BM), Tr::THREADS,
                             Tr::K2_BYTES, stream, p);

@@ -1,0 +1,186 @@
+// Hopper (sm_90a) warpgroup matrix products: wgmma with both operands in shared memory, stored
+// K-major with the 128-byte swizzle, and the block-level product `wg_gemm` built on it (a resident A
+// tile times a weight streamed from global memory through a ring of cp.async stages).
+//
+// Shared-memory operand layout ("SW128 K-major"), for 16-bit elements: a tile of R rows x K columns
+// is stored as K/64 blocks of R x 64 elements (128 bytes per row); in each block, row r's 16-byte
+// chunk c (elements 8c..8c+7) sits at r * 128 + ((c ^ (r % 8)) * 16) bytes. Blocks start on
+// 1024-byte boundaries. This is the layout the wgmma descriptor's 128-byte swizzle mode reads with
+// no bank conflicts; sw128_index() gives an element's position.
+//
+// The instructions only exist on sm_90a: their bodies compile to a trap elsewhere, and the host only
+// launches kernels that use them on compute capability 9.0.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cstdint>
+
+#include "axial_fused/warp_mma.cuh"
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define AXIAL_FUSED_SM90 1
+#else
+#define AXIAL_FUSED_SM90 0
+#endif
+
+namespace axial_fused {
+
+// Element index of (row r, column k) in an SW128 K-major tile of `ROWS` rows.
+template <int ROWS>
+__device__ __forceinline__ int sw128_index(int r, int k) {
+  return (k >> 6) * ROWS * 64 + r * 64 + ((((k >> 3) & 7) ^ (r & 7)) << 3) + (k & 7);
+}
+
+// Matrix descriptor for an SW128 K-major operand starting at shared address `addr` (8-row groups
+// 1024 bytes apart; the leading offset is unused in this mode).
+__device__ __forceinline__ uint64_t sw128_desc(uint32_t addr) {
+  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
+}
+
+__device__ __forceinline__ void fence_proxy_async() {
+#if AXIAL_FUSED_SM90
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wgmma_fence() {
+#if AXIAL_FUSED_SM90
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wgmma_commit() {
+#if AXIAL_FUSED_SM90
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+#if AXIAL_FUSED_SM90
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+#endif
+}
+// Keeps the compiler from moving accesses of accumulator registers across the asynchronous wgmma
+// issue/wait points.
+template <int R>
+__device__ __forceinline__ void fence_regs(float (&d)[R]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// D (64 x N, fp32, in registers) = A (64 x 16) * B (N x 16)^T [+ D], A and B from shared memory.
+// Accumulator layout: warp w of the warpgroup holds rows 16w..16w+15; in each 8-column block j,
+// thread (g = lane / 4, t = lane % 4) holds d[4j..4j+3] = (g, 8j+2t), (g, 8j+2t+1), (g+8, 8j+2t),
+// (g+8, 8j+2t+1): the mma.sync m16n8 layout, repeated.
+template <class T, int N>
+struct Wgmma;
+
+#if AXIAL_FUSED_SM90
+template <> struct Wgmma<__nv_bfloat16, 64> {
+  static __device__ __forceinline__ void mma(float (&d)[32], uint64_t a, uint64_t b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(a), "l"(b), "r"(accumulate));
+  }
+};
+
+template <> struct Wgmma<__half, 64> {
+  static __device__ __forceinline__ void mma(float (&d)[32], uint64_t a, uint64_t b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(a), "l"(b), "r"(accumulate));
+  }
+};
+
+template <> struct Wgmma<__nv_bfloat16, 128> {
+  static __device__ __forceinline__ void mma(float (&d)[64], uint64_t a, uint64_t b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(a), "l"(b), "r"(accumulate));
+  }
+};
+
+template <> struct Wgmma<__half, 128> {
+  static __device__ __forceinline__ void mma(float (&d)[64], uint64_t a, uint64_t b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(a), "l"(b), "r"(accumulate));
+  }
+};
+#else
+template <class T, int N>
+struct Wgmma {
+  static __device__ __forceinline__ void mma(float (&)[N / 2], uint64_t, uint64_t, int) { __trap(); }
+};
+#endif
+
+// Y (BM x N) = A @ W^T with wgmma, for a block of 256 threads (two warpgroups).
+//   A: BM x K, SW128 K-major in shared memory (1024-byte aligned), BM = 64 * WGM.
+//   W: N x K, row-major in global memory (an nn.Linear weight), streamed in chunks of CN = WGN * BNW
+//      rows x 64 columns through S >= 3 shared stages at `ws` (each CN x 64, SW128; 1024-aligned).
+// Warpgroup wg computes rows [64 (wg % WGM), +64) and chunk columns [BNW (wg / WGM), +BNW).
+// epi(row, col, y[row][col], y[row][col+1]) receives every pair. Stage `it` of the stream is
+// refilled two iterations after its use, so two chunks are in flight while one is multiplied and
+// the next wgmma overlaps the barrier. Starts with a barrier (A must be written and fenced by then);
+// ends with all wgmma done, `ws` free once the caller synchronises.
+template <class T, int WGM, int WGN, int BNW, int N, int K, int S, class Epi>
+__device__ __forceinline__ void wg_gemm(const T* A, const T* W, T* ws, Epi&& epi) {
+  static_assert(WGM * WGN == 2 && (BNW == 64 || BNW == 128) && S >= 3, "two warpgroups; n64/n128 tiles");
+  constexpr int BM = 64 * WGM, CN = WGN * BNW, KC = K / 64, ITERS = (N / CN) * KC;
+  static_assert(N % CN == 0 && K % 64 == 0, "weight chunks must tile the weight");
+  const int wg = threadIdx.x >> 7, wm = wg % WGM, wn = wg / WGM;
+  const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const uint32_t a_base = smem_u32(A) + wm * 64 * 128, w_base = smem_u32(ws) + wn * BNW * 128;
+
+  auto load = [&](int it) {
+    if (it < ITERS) {
+      const int n0 = (it / KC) * CN, k0 = (it % KC) * 64;
+      char* dst = reinterpret_cast<char*>(ws) + (it % S) * CN * 128;
+      for (int v = threadIdx.x; v < CN * 8; v += 256) {
+        const int r = v >> 3, c = v & 7;
+        cp_async16(dst + r * 128 + ((c ^ (r & 7)) << 4), W + int64_t(n0 + r) * K + k0 + c * 8, true);
+      }
+    }
+    cp_async_commit();  // possibly empty: keeps the group count per iteration uniform
+  };
+
+  float acc[BNW / 2];
+#pragma unroll
+  for (int i = 0; i < BNW / 2; ++i) acc[i] = 0.f;
+#pragma unroll
+  for (int s = 0; s < S - 2; ++s) load(s);
+  for (int nc = 0; nc < N / CN; ++nc) {
+    for (int kc = 0; kc < KC; ++kc) {
+      const int it = nc * KC + kc;
+      cp_async_wait<S - 3>();  // this thread's copies of chunk `it` have landed
+      fence_proxy_async();     // ... and are visible to the tensor cores
+      __syncthreads();         // everyone's have; wgmma(it - 2) is done in both warpgroups
+      load(it + S - 2);        // refill the stage chunk it - 2 used
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        Wgmma<T, BNW>::mma(acc, sw128_desc(a_base + kc * BM * 128 + kk * 32),
+                           sw128_desc(w_base + (it % S) * CN * 128 + kk * 32), kc > 0 || kk > 0);
+      }
+      wgmma_commit();
+      wgmma_wait<1>();
+    }
+    wgmma_wait<0>();
+    fence_regs(acc);
+    const int n0 = nc * CN + wn * BNW, r0 = wm * 64 + warp * 16 + g;
+#pragma unroll
+    for (int j = 0; j < BNW / 8; ++j) {
+      epi(r0, n0 + j * 8 + 2 * t, acc[4 * j], acc[4 * j + 1]);
+      epi(r0 + 8, n0 + j * 8 + 2 * t, acc[4 * j + 2], acc[4 * j + 3]);
+    }
+  }
+  cp_async_wait<0>();
+}
+
+}  // namespace axial_fused
