@@ -84,15 +84,40 @@ __device__ __forceinline__ float warp_sum(float v) {
 
 // ---- step 1: LayerNorm of BM tokens into shared memory -----------------------------------------
 
-// LayerNorm of ROWS tokens, one warp per row (NWARPS warps): store(r, d, y[d], y[d+1]) receives each
-// normalised pair of row r; rows with row_off(r) < 0 get zeros. Two-pass statistics in fp32 from
-// registers (each lane holds D/32 values).
+// LayerNorm of one row held by a warp as D/64 pairs per lane (lane's pair i is features
+// 2 lane + 64 i, +1): store(d, y[d], y[d+1]) receives each normalised pair. Two-pass statistics in
+// fp32 from registers.
+template <class T, int D, class Store>
+__device__ __forceinline__ void layernorm_row(const PassParams& p, const float2 (&v)[D / 64], Store store) {
+  constexpr int NV = D / 64;
+  const T* w = static_cast<const T*>(p.ln_w);
+  const T* b = static_cast<const T*>(p.ln_b);
+  const int lane = threadIdx.x & 31;
+  float sum = 0.f;
+#pragma unroll
+  for (int i = 0; i < NV; ++i) sum += v[i].x + v[i].y;
+  const float mean = warp_sum(sum) * (1.f / D);
+  float sq = 0.f;
+#pragma unroll
+  for (int i = 0; i < NV; ++i) {
+    const float a = v[i].x - mean, c = v[i].y - mean;
+    sq += a * a + c * c;
+  }
+  const float rstd = rsqrtf(warp_sum(sq) * (1.f / D) + p.eps);
+#pragma unroll
+  for (int i = 0; i < NV; ++i) {
+    const int d = 2 * lane + 64 * i;
+    const float2 wv = load2(w + d), bv = load2(b + d);
+    store(d, (v[i].x - mean) * rstd * wv.x + bv.x, (v[i].y - mean) * rstd * wv.y + bv.y);
+  }
+}
+
+// LayerNorm of ROWS tokens read from global memory, one warp per row (NWARPS warps):
+// store(r, d, y[d], y[d+1]) receives each normalised pair of row r; rows with row_off(r) < 0 get zeros.
 template <class T, int D, int ROWS, int NWARPS, class RowOff, class Store>
 __device__ __forceinline__ void layernorm_rows(const PassParams& p, RowOff row_off, Store store) {
   constexpr int NV = D / 64;
   const T* x = static_cast<const T*>(p.x);
-  const T* w = static_cast<const T*>(p.ln_w);
-  const T* b = static_cast<const T*>(p.ln_b);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   for (int r = warp; r < ROWS; r += NWARPS) {
     const int64_t off = row_off(r);
@@ -102,26 +127,9 @@ __device__ __forceinline__ void layernorm_rows(const PassParams& p, RowOff row_o
       continue;
     }
     float2 v[NV];
-    float sum = 0.f;
 #pragma unroll
-    for (int i = 0; i < NV; ++i) {
-      v[i] = load2(x + off + 2 * lane + 64 * i);
-      sum += v[i].x + v[i].y;
-    }
-    const float mean = warp_sum(sum) * (1.f / D);
-    float sq = 0.f;
-#pragma unroll
-    for (int i = 0; i < NV; ++i) {
-      const float a = v[i].x - mean, c = v[i].y - mean;
-      sq += a * a + c * c;
-    }
-    const float rstd = rsqrtf(warp_sum(sq) * (1.f / D) + p.eps);
-#pragma unroll
-    for (int i = 0; i < NV; ++i) {
-      const int d = 2 * lane + 64 * i;
-      const float2 wv = load2(w + d), bv = load2(b + d);
-      store(r, d, (v[i].x - mean) * rstd * wv.x + bv.x, (v[i].y - mean) * rstd * wv.y + bv.y);
-    }
+    for (int i = 0; i < NV; ++i) v[i] = load2(x + off + 2 * lane + 64 * i);
+    layernorm_row<T, D>(p, v, [&](int d, float a, float b) { store(r, d, a, b); });
   }
 }
 
@@ -205,6 +213,11 @@ struct AttnState {
   }
   // Normalise and write the 16 x HD head output (rounded to T) at Os (row stride ldo).
   __device__ __forceinline__ void store(typename Tr::T* Os, int ldo) {
+    store_to([&](int r, int c, float a, float b) { store2(Os + r * ldo + c, a, b); });
+  }
+  // Normalise and hand each pair (row r < 16, column c < HD) to put(r, c, a, b).
+  template <class Put>
+  __device__ __forceinline__ void store_to(Put&& put) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     float inv[2];
 #pragma unroll
@@ -216,8 +229,8 @@ struct AttnState {
     }
 #pragma unroll
     for (int j = 0; j < Tr::HD / 8; ++j) {
-      store2(Os + g * ldo + j * 8 + 2 * t, o[j][0] * inv[0], o[j][1] * inv[0]);
-      store2(Os + (g + 8) * ldo + j * 8 + 2 * t, o[j][2] * inv[1], o[j][3] * inv[1]);
+      put(g, j * 8 + 2 * t, o[j][0] * inv[0], o[j][1] * inv[0]);
+      put(g + 8, j * 8 + 2 * t, o[j][2] * inv[1], o[j][3] * inv[1]);
     }
   }
 };
@@ -237,21 +250,32 @@ __device__ __forceinline__ void attend_tile(AttnState<Tr>& st, const typename Tr
   for (int j = 0; j < NT; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
   warp_mma_nt<Tr::M, Tr::HD, NT>(s, Qs, ldq, Ks, ldkv);
 
-  float mx[2] = {st.m[0], st.m[1]};
+  // Keys outside a row's [lo, hi) get -inf; a tile inside both rows' ranges (the common case) skips
+  // the comparisons. The max is taken on raw scores (scale > 0) and the scale is folded into the
+  // exponent: p = 2^(s * scale_log2 - m), one FFMA and one EX2 per score.
+  const bool inside = key0 >= lo[0] && key0 >= lo[1] && key0 + Tr::BN <= hi[0] && key0 + Tr::BN <= hi[1];
+  if (!inside) {
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = key0 + j * 8 + 2 * t + (e & 1), r = e >> 1;
+        if (col < lo[r] || col >= hi[r]) s[j][e] = -INFINITY;
+      }
+    }
+  }
+  float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int col = key0 + j * 8 + 2 * t + (e & 1), r = e >> 1;
-      s[j][e] = (col >= lo[r] && col < hi[r]) ? s[j][e] * scale_log2 : -INFINITY;
-      mx[r] = fmaxf(mx[r], s[j][e]);
-    }
+    mx[0] = fmaxf(mx[0], fmaxf(s[j][0], s[j][1]));
+    mx[1] = fmaxf(mx[1], fmaxf(s[j][2], s[j][3]));
   }
   float mu[2], alpha[2], rs[2] = {0.f, 0.f};
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
     mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+    mx[r] = fmaxf(st.m[r], mx[r] * scale_log2);
     mu[r] = mx[r] == -INFINITY ? 0.f : mx[r];  // a row with nothing unmasked yet stays all-zero
     alpha[r] = exp2f(st.m[r] - mu[r]);
     st.m[r] = mx[r];
@@ -260,7 +284,7 @@ __device__ __forceinline__ void attend_tile(AttnState<Tr>& st, const typename Tr
   for (int j = 0; j < NT; ++j) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      s[j][e] = exp2f(s[j][e] - mu[e >> 1]);
+      s[j][e] = exp2f(fmaf(s[j][e], scale_log2, -mu[e >> 1]));
       rs[e >> 1] += s[j][e];
     }
   }
@@ -299,23 +323,34 @@ __device__ __forceinline__ void row_offsets(const PassParams& p, int64_t* xo, in
   }
 }
 
+// The output projection's epilogue: out[row] = y + bias + x[row] for the pair (r, c) of a tile whose
+// rows are addressed by the offsets from row_offsets (-1: past the end, skipped).
+template <class T>
+struct OutEpilogue {
+  const T* x;
+  const T* bias;
+  T* out;
+  const int64_t* xo;
+  const int64_t* oo;
+  __device__ __forceinline__ OutEpilogue(const PassParams& p, const int64_t* xo_, const int64_t* oo_)
+      : x(static_cast<const T*>(p.x)), bias(static_cast<const T*>(p.b_out)), out(static_cast<T*>(p.out)),
+        xo(xo_), oo(oo_) {}
+  __device__ __forceinline__ void operator()(int r, int c, float a, float b) const {
+    const int64_t xr = xo[r];
+    if (xr < 0) return;
+    const float2 res = load2(x + xr + c);
+    const float2 bv = load2(bias + c);
+    store2(out + oo[r] + c, a + bv.x + res.x, b + bv.y + res.y);
+  }
+};
+
 // Output projection of the BM x D attention output in `os` + bias + residual, rows addressed by the
 // offsets from row_offsets (which must be visible to all threads: a barrier after writing them).
 template <class Tr>
 __device__ __forceinline__ void out_projection(const PassParams& p, const typename Tr::T* os, typename Tr::T* ws,
                                                bool active, const int64_t* xo, const int64_t* oo) {
   using T = typename Tr::T;
-  const T* x = static_cast<const T*>(p.x);
-  const T* bias = static_cast<const T*>(p.b_out);
-  T* out = static_cast<T*>(p.out);
-  block_gemm<Tr, Tr::D, Tr::D>(os, Tr::LDX, static_cast<const T*>(p.w_out), ws, active,
-                               [&](int r, int c, float a, float b) {
-                                 const int64_t xr = xo[r];
-                                 if (xr < 0) return;
-                                 const float2 res = load2(x + xr + c);
-                                 const float2 bv = load2(bias + c);
-                                 store2(out + oo[r] + c, a + bv.x + res.x, b + bv.y + res.y);
-                               });
+  block_gemm<Tr, Tr::D, Tr::D>(os, Tr::LDX, static_cast<const T*>(p.w_out), ws, active, OutEpilogue<T>(p, xo, oo));
 }
 
 // ---- the fused kernel ---------------------------------------------------------------------------
@@ -409,7 +444,7 @@ __global__ void __launch_bounds__(Tr::THREADS) ln_qkv_kernel(const __grid_consta
 template <class T, int D>
 struct QkvSm90 {
   static constexpr int N = 3 * D;
-  static constexpr size_t BUDGET = 227 * 1024 - 1024;  // opt-in limit less the alignment slack
+  static constexpr size_t BUDGET = 227 * 1024 - 2048;  // opt-in limit less row offsets and alignment slack
   static constexpr int WGM = size_t(128) * D * 2 + 3 * 8192 <= BUDGET ? 2 : 1;  // 128 or 64 tokens per block
   static constexpr int BM = 64 * WGM, WGN = 2 / WGM;
   static constexpr size_t A_BYTES = size_t(BM) * D * 2;
@@ -417,7 +452,7 @@ struct QkvSm90 {
   static constexpr int BNW = (N % (WGN * 128) == 0 && A_BYTES + 3 * stage_bytes(128) <= BUDGET) ? 128 : 64;
   static constexpr size_t STAGE = stage_bytes(BNW);
   static constexpr int S = (BUDGET - A_BYTES) / STAGE >= 4 ? 4 : 3;
-  static constexpr size_t SMEM = 1024 + A_BYTES + S * STAGE;
+  static constexpr size_t SMEM = 128 * sizeof(int64_t) + 1024 + A_BYTES + S * STAGE;
   static_assert(A_BYTES + S * STAGE <= BUDGET && N % (WGN * BNW) == 0, "no Hopper QKV configuration fits");
 };
 
@@ -425,42 +460,86 @@ template <class T, int D>
 __global__ void __launch_bounds__(256, 1) ln_qkv_sm90_kernel(const __grid_constant__ PassParams p) {
 #if AXIAL_FUSED_SM90
   using C = QkvSm90<T, D>;
+  constexpr int BM = C::BM, NV = D / 64, CH = D / 8;  // CH: 16-byte chunks per row
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  unsigned char* base = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
+  int64_t* xo = reinterpret_cast<int64_t*>(smem_raw);  // BM row offsets into x
+  unsigned char* base = smem_raw + BM * sizeof(int64_t);
+  base += (1024 - (smem_u32(base) & 1023)) & 1023;
   T* A = reinterpret_cast<T*>(base);
   T* ws = reinterpret_cast<T*>(base + C::A_BYTES);
+  const T* x = static_cast<const T*>(p.x);
   T* qkv = static_cast<T*>(p.scratch);
-  const int64_t L = p.len, tokens = p.num_seq * L, t0 = int64_t(blockIdx.x) * C::BM;
-  layernorm_rows<T, D, C::BM, 8>(
-      p,
-      [&](int r) -> int64_t {
-        const int64_t tk = t0 + r;
-        return tk < tokens ? x_offset(p, tk / L, tk % L) : -1;
+  const int64_t L = p.len, tokens = p.num_seq * L, t0 = int64_t(blockIdx.x) * BM;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+
+  // 1. Request the tile's raw rows (straight into their SW128 places; rows past the end read as 0).
+  for (int r = threadIdx.x; r < BM; r += 256) xo[r] = t0 + r < tokens ? x_offset(p, (t0 + r) / L, (t0 + r) % L) : -1;
+  __syncthreads();
+  for (int v = threadIdx.x; v < BM * CH; v += 256) {
+    const int r = v / CH, k = (v % CH) * 8;
+    const int64_t off = xo[r];
+    cp_async16(A + sw128_index<BM>(r, k), off >= 0 ? x + off + k : x, off >= 0);
+  }
+  cp_async_commit();
+  // 2. QKV product; its prologue normalises the rows in place while the first weight chunks load.
+  auto normalise = [&] {
+    cp_async_wait<C::S - 2>();  // the row group (older than the S - 2 weight groups) has landed
+    __syncthreads();
+    for (int r = warp; r < BM; r += 8) {
+      float2 v[NV];
+#pragma unroll
+      for (int i = 0; i < NV; ++i) v[i] = load2(A + sw128_index<BM>(r, 2 * lane + 64 * i));
+      layernorm_row<T, D>(p, v, [&](int d, float a, float b) { store2(A + sw128_index<BM>(r, d), a, b); });
+    }
+    fence_proxy_async();
+  };
+  wg_gemm<T, C::WGM, C::WGN, C::BNW, C::N, D, C::S>(
+      A, static_cast<const T*>(p.w_qkv), ws,
+      [&](int r, int c, float a, float b) {
+        if (t0 + r < tokens) store2(qkv + (t0 + r) * C::N + c, a, b);
       },
-      [&](int r, int d, float a, float b) { store2(A + sw128_index<C::BM>(r, d), a, b); });
-  fence_proxy_async();
-  wg_gemm<T, C::WGM, C::WGN, C::BNW, C::N, D, C::S>(A, static_cast<const T*>(p.w_qkv), ws,
-                                                    [&](int r, int c, float a, float b) {
-                                                      if (t0 + r < tokens) store2(qkv + (t0 + r) * C::N + c, a, b);
-                                                    });
+      normalise);
 #else
   __trap();
 #endif
 }
 
-template <class Tr>
+// Shared-memory layout of attn_out_kernel. Generic: [row offsets][xs: BM x LDX][q][p][k/v, later W].
+// Hopper (SM90, 16-bit): the attention output tile is SW128 (1024-aligned) so the output projection
+// runs on wgmma, with the weight streamed through the k/v region (wg_gemm, 3 stages).
+template <class Tr, bool SM90>
+struct AttnOutLayout {
+  static constexpr int OBNW = Tr::D % 128 == 0 ? 64 : 32;  // output columns per warpgroup and chunk (Hopper)
+  static constexpr size_t O_STAGES = 3 * 2ull * OBNW * 128;
+  static constexpr size_t X = SM90 ? size_t(Tr::BM) * Tr::D * Tr::ESZ : Tr::X_BYTES;
+  static constexpr size_t Q = SM90 ? (Tr::Q_BYTES + 1023) / 1024 * 1024 : Tr::Q_BYTES;
+  static constexpr size_t P = Tr::P_BYTES;
+  static constexpr size_t KV = SM90 && O_STAGES > Tr::KV_BYTES ? O_STAGES : Tr::KV_BYTES;
+  static constexpr size_t BYTES = Tr::OFF_BYTES + (SM90 ? 1024 : 0) + X + Q + P + KV;
+  static_assert(!SM90 || (Tr::M == Mma::Tc16 && Tr::BM == 64 && BYTES <= 227 * 1024), "Hopper attn_out layout");
+};
+
+template <class Tr, bool SM90>
 __global__ void __launch_bounds__(Tr::THREADS) attn_out_kernel(const __grid_constant__ PassParams p) {
+#if !AXIAL_FUSED_SM90
+  if constexpr (SM90) {
+    __trap();
+    return;
+  }
+#endif
   using T = typename Tr::T;
+  using Lay = AttnOutLayout<Tr, SM90>;
   constexpr int D = Tr::D, HD = Tr::HD, BM = Tr::BM, BN = Tr::BN, LDH = Tr::LDH, VEC = Tr::VEC, CG = Tr::CG;
   constexpr int HG = (Tr::HEADS + CG - 1) / CG;  // head groups: CG heads at a time, one per column group
   extern __shared__ __align__(16) unsigned char smem_raw[];
   int64_t* xo = reinterpret_cast<int64_t*>(smem_raw);
   int64_t* oo = xo + BM;
   unsigned char* sbase = smem_raw + Tr::OFF_BYTES;
-  T* xs = reinterpret_cast<T*>(sbase);                                    // BM x LDX: attention output
-  T* qs = reinterpret_cast<T*>(sbase + Tr::X_BYTES);                      // 2 stages x CG x BM x LDH
-  T* ps = reinterpret_cast<T*>(sbase + Tr::X_BYTES + Tr::Q_BYTES);        // NW x 16 x LDP
-  T* kv = reinterpret_cast<T*>(sbase + Tr::X_BYTES + Tr::Q_BYTES + Tr::P_BYTES);  // 2 x CG x (K, V) x BN x LDH; later W
+  if constexpr (SM90) sbase += (1024 - (smem_u32(sbase) & 1023)) & 1023;
+  T* xs = reinterpret_cast<T*>(sbase);                                  // BM x D attention output
+  T* qs = reinterpret_cast<T*>(sbase + Lay::X);                         // 2 stages x CG x BM x LDH
+  T* ps = reinterpret_cast<T*>(sbase + Lay::X + Lay::Q);                // NW x 16 x LDP
+  T* kv = reinterpret_cast<T*>(sbase + Lay::X + Lay::Q + Lay::P);       // 2 x CG x (K, V) x BN x LDH; later W
 
   const int L = p.len, warp = threadIdx.x >> 5, rg = warp % Tr::RG, cg = warp / Tr::RG;
   const int nqt = (L + BM - 1) / BM, nkt = (L + BN - 1) / BN;
@@ -519,11 +598,21 @@ __global__ void __launch_bounds__(Tr::THREADS) attn_out_kernel(const __grid_cons
       const T* ks = kv + ((it & 1) * CG + cg) * 2 * BN * LDH;
       attend_tile<Tr>(st, qs + ((hg & 1) * CG + cg) * BM * LDH + rg * 16 * LDH, LDH, ks, ks + BN * LDH, LDH, kt * BN,
                       lo, hi, p.scale_log2, ps + warp * 16 * Tr::LDP);
-      if (kt == nkt - 1) st.store(xs + rg * 16 * Tr::LDX + h * HD, Tr::LDX);
+      if (kt == nkt - 1) {
+        if constexpr (SM90) {
+          st.store_to([&](int r, int c, float a, float b) { store2(xs + sw128_index<BM>(rg * 16 + r, h * HD + c), a, b); });
+        } else {
+          st.store(xs + rg * 16 * Tr::LDX + h * HD, Tr::LDX);
+        }
+      }
     }
     __syncthreads();
   }
-  out_projection<Tr>(p, xs, kv, active, xo, oo);
+  if constexpr (SM90) {
+    wg_gemm<T, 1, 2, Lay::OBNW, D, D, 3>(xs, static_cast<const T*>(p.w_out), kv, OutEpilogue<T>(p, xo, oo), [] {});
+  } else {
+    out_projection<Tr>(p, xs, kv, active, xo, oo);
+  }
 }
 
 // ---- host side: one specialization --------------------------------------------------------------
@@ -564,8 +653,12 @@ struct Spec {
       e = launch_with_smem(ln_qkv_kernel<Tr>, (tokens + Tr::BM - 1) / Tr::BM, Tr::THREADS, Tr::K1_BYTES, stream, p);
     }
     if (e != cudaSuccess) return e;
-    return launch_with_smem(attn_out_kernel<Tr>, p.num_seq * ((p.len + Tr::BM - 1) / Tr::BM), Tr::THREADS,
-                            Tr::K2_BYTES, stream, p);
+    const int64_t blocks = p.num_seq * ((p.len + Tr::BM - 1) / Tr::BM);
+    if constexpr (M == Mma::Tc16) {
+      if (p.arch == 90)
+        return launch_with_smem(attn_out_kernel<Tr, true>, blocks, Tr::THREADS, AttnOutLayout<Tr, true>::BYTES, stream, p);
+    }
+    return launch_with_smem(attn_out_kernel<Tr, false>, blocks, Tr::THREADS, Tr::K2_BYTES, stream, p);
   }
   template <class F>
   static auto with_mode(int math, F&& f) {

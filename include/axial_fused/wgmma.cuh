@@ -74,6 +74,26 @@ template <class T, int N>
 struct Wgmma;
 
 #if AXIAL_FUSED_SM90
+template <> struct Wgmma<__nv_bfloat16, 32> {
+  static __device__ __forceinline__ void mma(float (&d)[16], uint64_t a, uint64_t b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "l"(a), "l"(b), "r"(accumulate));
+  }
+};
+
+template <> struct Wgmma<__half, 32> {
+  static __device__ __forceinline__ void mma(float (&d)[16], uint64_t a, uint64_t b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "l"(a), "l"(b), "r"(accumulate));
+  }
+};
+
 template <> struct Wgmma<__nv_bfloat16, 64> {
   static __device__ __forceinline__ void mma(float (&d)[32], uint64_t a, uint64_t b, int accumulate) {
     asm volatile(
@@ -127,11 +147,12 @@ struct Wgmma {
 // Warpgroup wg computes rows [64 (wg % WGM), +64) and chunk columns [BNW (wg / WGM), +BNW).
 // epi(row, col, y[row][col], y[row][col+1]) receives every pair. Stage `it` of the stream is
 // refilled two iterations after its use, so two chunks are in flight while one is multiplied and
-// the next wgmma overlaps the barrier. Starts with a barrier (A must be written and fenced by then);
-// ends with all wgmma done, `ws` free once the caller synchronises.
-template <class T, int WGM, int WGN, int BNW, int N, int K, int S, class Epi>
-__device__ __forceinline__ void wg_gemm(const T* A, const T* W, T* ws, Epi&& epi) {
-  static_assert(WGM * WGN == 2 && (BNW == 64 || BNW == 128) && S >= 3, "two warpgroups; n64/n128 tiles");
+// the next wgmma overlaps the barrier. prologue() runs once the first S - 2 chunks are requested
+// (their cp.async groups are the newest S - 2); A must be written and fenced (fence_proxy_async)
+// by the end of it. Ends with all wgmma done; `ws` is free once the caller synchronises.
+template <class T, int WGM, int WGN, int BNW, int N, int K, int S, class Epi, class Prologue>
+__device__ __forceinline__ void wg_gemm(const T* A, const T* W, T* ws, Epi&& epi, Prologue&& prologue) {
+  static_assert(WGM * WGN == 2 && (BNW == 32 || BNW == 64 || BNW == 128) && S >= 3, "two warpgroups; n32/n64/n128 tiles");
   constexpr int BM = 64 * WGM, CN = WGN * BNW, KC = K / 64, ITERS = (N / CN) * KC;
   static_assert(N % CN == 0 && K % 64 == 0, "weight chunks must tile the weight");
   const int wg = threadIdx.x >> 7, wm = wg % WGM, wn = wg / WGM;
@@ -155,6 +176,7 @@ __device__ __forceinline__ void wg_gemm(const T* A, const T* W, T* ws, Epi&& epi
   for (int i = 0; i < BNW / 2; ++i) acc[i] = 0.f;
 #pragma unroll
   for (int s = 0; s < S - 2; ++s) load(s);
+  prologue();  // e.g. finish writing A while the first weight chunks are in flight
   for (int nc = 0; nc < N / CN; ++nc) {
     for (int kc = 0; kc < KC; ++kc) {
       const int it = nc * KC + kc;
