@@ -509,14 +509,16 @@ __global__ void __launch_bounds__(256, 1) ln_qkv_sm90_kernel(const __grid_consta
 // runs on wgmma, with the weight streamed through the k/v region (wg_gemm, 3 stages).
 template <class Tr, bool SM90>
 struct AttnOutLayout {
-  static constexpr int OBNW = Tr::D % 128 == 0 ? 64 : 32;  // output columns per warpgroup and chunk (Hopper)
-  static constexpr size_t O_STAGES = 3 * 2ull * OBNW * 128;
+  static constexpr int OWGN = Tr::THREADS / 128;           // warpgroups (1 or 2), side by side along N
+  static constexpr int OBNW = (Tr::D % 128 == 0 ? 128 : 64) / OWGN;  // columns per warpgroup and weight chunk
+  static constexpr size_t O_STAGES = 3ull * OWGN * OBNW * 128;
   static constexpr size_t X = SM90 ? size_t(Tr::BM) * Tr::D * Tr::ESZ : Tr::X_BYTES;
   static constexpr size_t Q = SM90 ? (Tr::Q_BYTES + 1023) / 1024 * 1024 : Tr::Q_BYTES;
   static constexpr size_t P = Tr::P_BYTES;
   static constexpr size_t KV = SM90 && O_STAGES > Tr::KV_BYTES ? O_STAGES : Tr::KV_BYTES;
   static constexpr size_t BYTES = Tr::OFF_BYTES + (SM90 ? 1024 : 0) + X + Q + P + KV;
-  static_assert(!SM90 || (Tr::M == Mma::Tc16 && Tr::BM == 64 && BYTES <= 227 * 1024), "Hopper attn_out layout");
+  static_assert(!SM90 || (Tr::M == Mma::Tc16 && Tr::BM == 64 && Tr::THREADS % 128 == 0 && BYTES <= 227 * 1024),
+                "Hopper attn_out layout");
 };
 
 template <class Tr, bool SM90>
@@ -609,7 +611,7 @@ __global__ void __launch_bounds__(Tr::THREADS) attn_out_kernel(const __grid_cons
     __syncthreads();
   }
   if constexpr (SM90) {
-    wg_gemm<T, 1, 2, Lay::OBNW, D, D, 3>(xs, static_cast<const T*>(p.w_out), kv, OutEpilogue<T>(p, xo, oo), [] {});
+    wg_gemm<T, 1, Lay::OWGN, Lay::OBNW, D, D, 3>(xs, static_cast<const T*>(p.w_out), kv, OutEpilogue<T>(p, xo, oo), [] {});
   } else {
     out_projection<Tr>(p, xs, kv, active, xo, oo);
   }

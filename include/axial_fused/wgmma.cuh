@@ -140,7 +140,7 @@ struct Wgmma {
 };
 #endif
 
-// Y (BM x N) = A @ W^T with wgmma, for a block of 256 threads (two warpgroups).
+// Y (BM x N) = A @ W^T with wgmma, for a block of WGM * WGN warpgroups (128 or 256 threads).
 //   A: BM x K, SW128 K-major in shared memory (1024-byte aligned), BM = 64 * WGM.
 //   W: N x K, row-major in global memory (an nn.Linear weight), streamed in chunks of CN = WGN * BNW
 //      rows x 64 columns through S >= 3 shared stages at `ws` (each CN x 64, SW128; 1024-aligned).
@@ -152,8 +152,8 @@ struct Wgmma {
 // by the end of it. Ends with all wgmma done; `ws` is free once the caller synchronises.
 template <class T, int WGM, int WGN, int BNW, int N, int K, int S, class Epi, class Prologue>
 __device__ __forceinline__ void wg_gemm(const T* A, const T* W, T* ws, Epi&& epi, Prologue&& prologue) {
-  static_assert(WGM * WGN == 2 && (BNW == 32 || BNW == 64 || BNW == 128) && S >= 3, "two warpgroups; n32/n64/n128 tiles");
-  constexpr int BM = 64 * WGM, CN = WGN * BNW, KC = K / 64, ITERS = (N / CN) * KC;
+  static_assert(WGM * WGN <= 2 && (BNW == 32 || BNW == 64 || BNW == 128) && S >= 3, "1-2 warpgroups; n32/64/128 tiles");
+  constexpr int BM = 64 * WGM, CN = WGN * BNW, KC = K / 64, ITERS = (N / CN) * KC, THREADS = 128 * WGM * WGN;
   static_assert(N % CN == 0 && K % 64 == 0, "weight chunks must tile the weight");
   const int wg = threadIdx.x >> 7, wm = wg % WGM, wn = wg / WGM;
   const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -163,7 +163,7 @@ __device__ __forceinline__ void wg_gemm(const T* A, const T* W, T* ws, Epi&& epi
     if (it < ITERS) {
       const int n0 = (it / KC) * CN, k0 = (it % KC) * 64;
       char* dst = reinterpret_cast<char*>(ws) + (it % S) * CN * 128;
-      for (int v = threadIdx.x; v < CN * 8; v += 256) {
+      for (int v = threadIdx.x; v < CN * 8; v += THREADS) {
         const int r = v >> 3, c = v & 7;
         cp_async16(dst + r * 128 + ((c ^ (r & 7)) << 4), W + int64_t(n0 + r) * K + k0 + c * 8, true);
       }
