@@ -88,7 +88,8 @@ __device__ __forceinline__ float warp_sum(float v) {
 // 2 lane + 64 i, +1): store(d, y[d], y[d+1]) receives each normalised pair. Two-pass statistics in
 // fp32 from registers.
 template <class T, int D, class Store>
-__device__ __forceinline__ void layernorm_row(const PassParams& p, const float2 (&v)[D / 64], Store store) {
+__device__ __forceinline__ void layernorm_row(const PassParams& p, const float2 (&v)[D / 64], Store store,
+                                              const float2* wr = nullptr, const float2* br = nullptr) {
   constexpr int NV = D / 64;
   const T* w = static_cast<const T*>(p.ln_w);
   const T* b = static_cast<const T*>(p.ln_b);
@@ -107,7 +108,7 @@ __device__ __forceinline__ void layernorm_row(const PassParams& p, const float2 
 #pragma unroll
   for (int i = 0; i < NV; ++i) {
     const int d = 2 * lane + 64 * i;
-    const float2 wv = load2(w + d), bv = load2(b + d);
+    const float2 wv = wr ? wr[i] : load2(w + d), bv = br ? br[i] : load2(b + d);
     store(d, (v[i].x - mean) * rstd * wv.x + bv.x, (v[i].y - mean) * rstd * wv.y + bv.y);
   }
 }
@@ -444,20 +445,24 @@ __global__ void __launch_bounds__(Tr::THREADS) ln_qkv_kernel(const __grid_consta
 template <class T, int D>
 struct QkvSm90 {
   static constexpr int N = 3 * D;
-  static constexpr size_t BUDGET = 227 * 1024 - 2048;  // opt-in limit less row offsets and alignment slack
+  static constexpr size_t SLACK = 128 * sizeof(int64_t) + 1024;  // row offsets, alignment
+  static constexpr size_t BUDGET = 227 * 1024 - SLACK;           // one block's opt-in limit
   static constexpr int WGM = size_t(128) * D * 2 + 3 * 8192 <= BUDGET ? 2 : 1;  // 128 or 64 tokens per block
   static constexpr int BM = 64 * WGM, WGN = 2 / WGM;
   static constexpr size_t A_BYTES = size_t(BM) * D * 2;
   static constexpr size_t stage_bytes(int bnw) { return size_t(WGN) * bnw * 128; }
-  static constexpr int BNW = (N % (WGN * 128) == 0 && A_BYTES + 3 * stage_bytes(128) <= BUDGET) ? 128 : 64;
+  // Two blocks per SM (228 KB, 1 KB reserved per block) where 64-wide chunks allow it: one block's
+  // LayerNorm and epilogue then overlap the other's products. Else the widest chunks that fit.
+  static constexpr bool TWO = 2 * (A_BYTES + 4 * stage_bytes(64) + SLACK + 1024) <= 228 * 1024;
+  static constexpr int BNW = TWO ? 64 : (N % (WGN * 128) == 0 && A_BYTES + 3 * stage_bytes(128) <= BUDGET) ? 128 : 64;
   static constexpr size_t STAGE = stage_bytes(BNW);
   static constexpr int S = (BUDGET - A_BYTES) / STAGE >= 4 ? 4 : 3;
-  static constexpr size_t SMEM = 128 * sizeof(int64_t) + 1024 + A_BYTES + S * STAGE;
+  static constexpr size_t SMEM = SLACK + A_BYTES + S * STAGE;
   static_assert(A_BYTES + S * STAGE <= BUDGET && N % (WGN * BNW) == 0, "no Hopper QKV configuration fits");
 };
 
 template <class T, int D>
-__global__ void __launch_bounds__(256, 1) ln_qkv_sm90_kernel(const __grid_constant__ PassParams p) {
+__global__ void __launch_bounds__(256) ln_qkv_sm90_kernel(const __grid_constant__ PassParams p) {
 #if AXIAL_FUSED_SM90
   using C = QkvSm90<T, D>;
   constexpr int BM = C::BM, NV = D / 64, CH = D / 8;  // CH: 16-byte chunks per row
@@ -485,18 +490,24 @@ __global__ void __launch_bounds__(256, 1) ln_qkv_sm90_kernel(const __grid_consta
   auto normalise = [&] {
     cp_async_wait<C::S - 2>();  // the row group (older than the S - 2 weight groups) has landed
     __syncthreads();
+    float2 wr[NV], br[NV];  // this lane's LayerNorm weight and bias, loaded once
+#pragma unroll
+    for (int i = 0; i < NV; ++i) {
+      wr[i] = load2(static_cast<const T*>(p.ln_w) + 2 * lane + 64 * i);
+      br[i] = load2(static_cast<const T*>(p.ln_b) + 2 * lane + 64 * i);
+    }
     for (int r = warp; r < BM; r += 8) {
       float2 v[NV];
 #pragma unroll
       for (int i = 0; i < NV; ++i) v[i] = load2(A + sw128_index<BM>(r, 2 * lane + 64 * i));
-      layernorm_row<T, D>(p, v, [&](int d, float a, float b) { store2(A + sw128_index<BM>(r, d), a, b); });
+      layernorm_row<T, D>(p, v, [&](int d, float a, float b) { store2(A + sw128_index<BM>(r, d), a, b); }, wr, br);
     }
     fence_proxy_async();
   };
-  wg_gemm<T, C::WGM, C::WGN, C::BNW, C::N, D, C::S>(
+  wg_gemm<T, C::WGM, C::WGN, C::BNW, C::N, D, C::S, true>(
       A, static_cast<const T*>(p.w_qkv), ws,
-      [&](int r, int c, float a, float b) {
-        if (t0 + r < tokens) store2(qkv + (t0 + r) * C::N + c, a, b);
+      [&](int r, int c, uint4 v) {
+        if (t0 + r < tokens) *reinterpret_cast<uint4*>(qkv + (t0 + r) * C::N + c) = v;
       },
       normalise);
 #else

@@ -140,17 +140,41 @@ struct Wgmma {
 };
 #endif
 
+// The 8 consecutive outputs (rounded to T) of one row of 8-column block jb + t (t = lane % 4), from
+// the accumulator pairs the quad's four threads hold for blocks jb..jb+3 (h = 0: row g, 2: row g + 8):
+// a 4 x 4 transpose within the quad, three shuffles.
+template <class T, int R>
+__device__ __forceinline__ uint4 quad_transpose(const float (&acc)[R], int jb, int h) {
+  const int t = threadIdx.x & 3;
+  uint32_t v[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    typename Pack2<T>::type pr = Pack2<T>::make(acc[4 * (jb + i) + h], acc[4 * (jb + i) + h + 1]);
+    v[i] = *reinterpret_cast<uint32_t*>(&pr);
+  }
+  auto pick = [&](int i) { return i == 0 ? v[0] : i == 1 ? v[1] : i == 2 ? v[2] : v[3]; };
+  // r[k] comes from thread t ^ k: its pair of block jb + t, which belongs in slot t ^ k.
+  const uint32_t r0 = pick(t), r1 = __shfl_xor_sync(0xffffffffu, pick(t ^ 1), 1),
+                 r2 = __shfl_xor_sync(0xffffffffu, pick(t ^ 2), 2), r3 = __shfl_xor_sync(0xffffffffu, pick(t ^ 3), 3);
+  auto slot = [&](int s) {
+    const int k = s ^ t;
+    return k == 0 ? r0 : k == 1 ? r1 : k == 2 ? r2 : r3;
+  };
+  return make_uint4(slot(0), slot(1), slot(2), slot(3));
+}
+
 // Y (BM x N) = A @ W^T with wgmma, for a block of WGM * WGN warpgroups (128 or 256 threads).
 //   A: BM x K, SW128 K-major in shared memory (1024-byte aligned), BM = 64 * WGM.
 //   W: N x K, row-major in global memory (an nn.Linear weight), streamed in chunks of CN = WGN * BNW
 //      rows x 64 columns through S >= 3 shared stages at `ws` (each CN x 64, SW128; 1024-aligned).
 // Warpgroup wg computes rows [64 (wg % WGM), +64) and chunk columns [BNW (wg / WGM), +BNW).
-// epi(row, col, y[row][col], y[row][col+1]) receives every pair. Stage `it` of the stream is
+// epi(row, col, y[row][col], y[row][col+1]) receives every pair; with VEC8, epi(row, col, uint4)
+// receives 8 consecutive outputs (col a multiple of 8) rounded to T, for 16-byte stores. Stage `it` of the stream is
 // refilled two iterations after its use, so two chunks are in flight while one is multiplied and
 // the next wgmma overlaps the barrier. prologue() runs once the first S - 2 chunks are requested
 // (their cp.async groups are the newest S - 2); A must be written and fenced (fence_proxy_async)
 // by the end of it. Ends with all wgmma done; `ws` is free once the caller synchronises.
-template <class T, int WGM, int WGN, int BNW, int N, int K, int S, class Epi, class Prologue>
+template <class T, int WGM, int WGN, int BNW, int N, int K, int S, bool VEC8 = false, class Epi, class Prologue>
 __device__ __forceinline__ void wg_gemm(const T* A, const T* W, T* ws, Epi&& epi, Prologue&& prologue) {
   static_assert(WGM * WGN <= 2 && (BNW == 32 || BNW == 64 || BNW == 128) && S >= 3, "1-2 warpgroups; n32/64/128 tiles");
   constexpr int BM = 64 * WGM, CN = WGN * BNW, KC = K / 64, ITERS = (N / CN) * KC, THREADS = 128 * WGM * WGN;
@@ -196,10 +220,18 @@ __device__ __forceinline__ void wg_gemm(const T* A, const T* W, T* ws, Epi&& epi
     wgmma_wait<0>();
     fence_regs(acc);
     const int n0 = nc * CN + wn * BNW, r0 = wm * 64 + warp * 16 + g;
+    if constexpr (VEC8) {
 #pragma unroll
-    for (int j = 0; j < BNW / 8; ++j) {
-      epi(r0, n0 + j * 8 + 2 * t, acc[4 * j], acc[4 * j + 1]);
-      epi(r0 + 8, n0 + j * 8 + 2 * t, acc[4 * j + 2], acc[4 * j + 3]);
+      for (int jb = 0; jb < BNW / 8; jb += 4) {
+        epi(r0, n0 + (jb + t) * 8, quad_transpose<T>(acc, jb, 0));
+        epi(r0 + 8, n0 + (jb + t) * 8, quad_transpose<T>(acc, jb, 2));
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < BNW / 8; ++j) {
+        epi(r0, n0 + j * 8 + 2 * t, acc[4 * j], acc[4 * j + 1]);
+        epi(r0 + 8, n0 + j * 8 + 2 * t, acc[4 * j + 2], acc[4 * j + 3]);
+      }
     }
   }
   cp_async_wait<0>();
