@@ -8,6 +8,7 @@
 #include <torch/library.h>
 
 #include <array>
+#include <cmath>
 #include <atomic>
 #include <mutex>
 #include <string>
@@ -104,45 +105,84 @@ Plan plan_pass(const SpecInfo* spec, int64_t num_seq, int len, int math, int dev
   return {kPathTwoKernel, 1};
 }
 
-void check_weight(const at::Tensor& w, const at::Tensor& x, const char* name, std::initializer_list<int64_t> shape) {
-  TORCH_CHECK_VALUE(w.sizes().equals(shape), "axial_fused: ", name, " has shape ", w.sizes(), ", expected ",
+// The argument checks. check_shapes needs only sizes, dtypes and devices, so the Meta (shape-only)
+// kernels run it too and a bad call fails when traced, not only when it reaches the GPU;
+// check_inputs adds what only the CUDA kernel needs (layout, alignment, a compiled specialization).
+// Errors: TypeError (TORCH_CHECK_TYPE) for dtypes, ValueError (TORCH_CHECK_VALUE) for the rest,
+// each naming the argument, what was given and what is supported (docs/errors.md).
+void check_weight(const at::Tensor& w, const at::Tensor& x, const std::string& name, std::initializer_list<int64_t> shape) {
+  TORCH_CHECK_VALUE(w.defined(), "axial_fused: ", name, " is missing (None); expected a tensor of shape ",
                     at::IntArrayRef(shape));
-  TORCH_CHECK_VALUE(w.scalar_type() == x.scalar_type(), "axial_fused: ", name, " is ", w.scalar_type(),
-                    " but x is ", x.scalar_type(), "; the fused path needs one dtype");
+  TORCH_CHECK_VALUE(w.sizes().equals(shape), "axial_fused: ", name, " has shape ", w.sizes(), ", expected ",
+                    at::IntArrayRef(shape), " for D = ", x.size(3));
+  TORCH_CHECK_TYPE(w.scalar_type() == x.scalar_type(), "axial_fused: ", name, " is ", w.scalar_type(),
+                   " but x is ", x.scalar_type(), "; x and the weights must share one dtype");
   TORCH_CHECK_VALUE(w.device() == x.device(), "axial_fused: ", name, " is on ", w.device(), " but x is on ",
                     x.device());
+}
+
+// Layout the fused kernel needs of a weight (CUDA only: reads the data pointer).
+void check_weight_layout(const at::Tensor& w, const std::string& name) {
   TORCH_CHECK_VALUE(w.is_contiguous() && reinterpret_cast<uintptr_t>(w.data_ptr()) % 16 == 0, "axial_fused: ", name,
-                    " must be contiguous and 16-byte aligned for the fused path");
+                    " must be contiguous and 16-byte aligned for the fused path; got strides ", w.strides(),
+                    " (call .contiguous())");
 }
 
 struct PassWeights {
   const at::Tensor &norm_w, &norm_b, &qkv_w, &out_w, &out_b;
 };
 
-const SpecInfo* check_inputs(const at::Tensor& x, int64_t num_heads, const std::vector<PassWeights>& passes) {
+constexpr const char* kFields[] = {"norm_weight", "norm_bias", "qkv_weight", "out_weight", "out_bias"};
+
+std::string weight_name(size_t pass, size_t num_passes, int field) {
+  return std::string(num_passes == 2 ? (pass == 0 ? "row_" : "col_") : "") + kFields[field];
+}
+
+void check_shapes(const at::Tensor& x, int64_t num_heads, double eps, const std::vector<PassWeights>& passes) {
+  TORCH_CHECK_VALUE(x.defined(), "axial_fused: x is missing (None)");
   TORCH_CHECK_VALUE(x.dim() == 4, "axial_fused: x must be [B, H, W, D], got ", x.dim(), " dimensions");
-  TORCH_CHECK_VALUE(x.is_cuda(), "axial_fused: the CUDA kernel got x on ", x.device());
-  const int dt = dtype_code(x.scalar_type());
-  TORCH_CHECK_VALUE(dt >= 0, "axial_fused: x is ", x.scalar_type(), "; supported: float32, float16, bfloat16");
+  TORCH_CHECK_TYPE(dtype_code(x.scalar_type()) >= 0, "axial_fused: x is ", x.scalar_type(),
+                   "; supported: float32, float16, bfloat16");
   const int64_t D = x.size(3);
   TORCH_CHECK_VALUE(num_heads > 0 && D % num_heads == 0, "axial_fused: D = ", D, " is not divisible by num_heads = ",
                     num_heads);
-  for (const auto& pw : passes) {
-    check_weight(pw.norm_w, x, "norm_weight", {D});
-    check_weight(pw.norm_b, x, "norm_bias", {D});
-    check_weight(pw.qkv_w, x, "qkv_weight", {3 * D, D});
-    check_weight(pw.out_w, x, "out_weight", {D, D});
-    check_weight(pw.out_b, x, "out_bias", {D});
+  TORCH_CHECK_VALUE(std::isfinite(eps) && eps > 0, "axial_fused: eps must be a positive finite number, got ", eps);
+  for (size_t i = 0; i < passes.size(); ++i) {
+    const PassWeights& pw = passes[i];
+    const at::Tensor* ws[] = {&pw.norm_w, &pw.norm_b, &pw.qkv_w, &pw.out_w, &pw.out_b};
+    for (int f = 0; f < 5; ++f) {
+      const std::string name = weight_name(i, passes.size(), f);
+      if (f == 2) check_weight(*ws[f], x, name, {3 * D, D});
+      else if (f == 3) check_weight(*ws[f], x, name, {D, D});
+      else check_weight(*ws[f], x, name, {D});
+    }
   }
   TORCH_CHECK_VALUE(x.size(1) >= 1 && x.size(2) >= 1, "axial_fused: H and W must be at least 1, got x of shape ",
                     x.sizes());
+  // Offsets are 64-bit throughout; these bounds keep the kernels' 32-bit per-block token counts valid.
+  TORCH_CHECK_VALUE(x.size(1) * x.size(2) < (1LL << 31) && x.size(1) <= (1 << 24) && x.size(2) <= (1 << 24),
+                    "axial_fused: x of shape ", x.sizes(), " is too large: H * W must be below 2^31 and H, W at most 2^24");
+}
+
+const SpecInfo* check_inputs(const at::Tensor& x, int64_t num_heads, double eps, const std::vector<PassWeights>& passes) {
+  check_shapes(x, num_heads, eps, passes);
+  TORCH_CHECK_VALUE(x.is_cuda(), "axial_fused: the CUDA kernel got x on ", x.device());
+  for (size_t i = 0; i < passes.size(); ++i) {
+    const PassWeights& pw = passes[i];
+    const at::Tensor* ws[] = {&pw.norm_w, &pw.norm_b, &pw.qkv_w, &pw.out_w, &pw.out_b};
+    for (int f = 0; f < 5; ++f) check_weight_layout(*ws[f], weight_name(i, passes.size(), f));
+  }
+  // x is read in place through its strides with 2-element vector loads: feature stride 1, even
+  // strides and a pointer aligned to 2 elements (16-byte alignment is not needed). The Python API
+  // falls back to PyTorch for other layouts (docs/errors.md); a direct call gets this error.
   TORCH_CHECK_VALUE(x.stride(3) == 1 && x.stride(0) % 2 == 0 && x.stride(1) % 2 == 0 && x.stride(2) % 2 == 0 &&
                         reinterpret_cast<uintptr_t>(x.data_ptr()) % (2 * x.element_size()) == 0,
-                    "axial_fused: x needs feature stride 1, even strides and an aligned data pointer; got strides ",
-                    x.strides());
-  const SpecInfo* spec = find_spec(dt, D, num_heads);
-  TORCH_CHECK_VALUE(spec != nullptr, "axial_fused: no compiled specialization for dtype ", x.scalar_type(), ", dim ", D,
-                    ", heads ", num_heads, " (see axial_fused.supported_configs())");
+                    "axial_fused: x needs feature stride 1, even strides and a ", 2 * x.element_size(),
+                    "-byte aligned data pointer; got strides ", x.strides(), " and data pointer ", x.data_ptr(),
+                    " (call .contiguous())");
+  const SpecInfo* spec = find_spec(dtype_code(x.scalar_type()), x.size(3), num_heads);
+  TORCH_CHECK_VALUE(spec != nullptr, "axial_fused: no compiled specialization for dtype ", x.scalar_type(), ", dim ",
+                    x.size(3), ", heads ", num_heads, " (see axial_fused.supported_configs())");
   return spec;
 }
 
@@ -150,7 +190,7 @@ const SpecInfo* check_inputs(const at::Tensor& x, int64_t num_heads, const std::
 // axis 1: columns (sequences along H).
 void run_pass(const SpecInfo* spec, const at::Tensor& in, const at::Tensor& out, const PassWeights& w, int64_t axis,
               double eps) {
-  const int64_t B = in.size(0), H = in.size(1), W = in.size(2), D = in.size(3);
+  const int64_t B = in.size(0), D = in.size(3);  // H, W: checked by check_shapes
   PassParams p;
   std::memset(&p, 0, sizeof(p));
   p.x = in.data_ptr();
@@ -166,7 +206,6 @@ void run_pass(const SpecInfo* spec, const at::Tensor& in, const at::Tensor& out,
   p.o_stride_inner = out.stride(ax_seq);
   p.o_stride_tok = out.stride(ax_tok);
   if (p.num_seq == 0) return;
-  TORCH_CHECK_VALUE(H * W <= 0x7fffffffLL && in.size(ax_tok) <= (1 << 24), "axial_fused: grid too large: ", in.sizes());
   p.ln_w = w.norm_w.data_ptr();
   p.ln_b = w.norm_b.data_ptr();
   p.w_qkv = w.qkv_w.data_ptr();
@@ -199,7 +238,7 @@ at::Tensor axial_pass_cuda(const at::Tensor& x, const at::Tensor& norm_w, const 
                            int64_t axis, double eps) {
   TORCH_CHECK_VALUE(axis == 0 || axis == 1, "axial_fused: axis must be 0 (row) or 1 (col), got ", axis);
   const PassWeights w{norm_w, norm_b, qkv_w, out_w, out_b};
-  const SpecInfo* spec = check_inputs(x, num_heads, {w});
+  const SpecInfo* spec = check_inputs(x, num_heads, eps, {w});
   const c10::cuda::CUDAGuard guard(x.device());
   at::Tensor out = at::empty(x.sizes(), x.options());
   run_pass(spec, x, out, w, axis, eps);
@@ -211,7 +250,7 @@ at::Tensor axial_attention_cuda(const at::Tensor& x, const at::Tensor& rnw, cons
                                 const at::Tensor& cnw, const at::Tensor& cnb, const at::Tensor& cqkv,
                                 const at::Tensor& cow, const at::Tensor& cob, int64_t num_heads, double eps) {
   const PassWeights row_w{rnw, rnb, rqkv, row, rob}, col_w{cnw, cnb, cqkv, cow, cob};
-  const SpecInfo* spec = check_inputs(x, num_heads, {row_w, col_w});
+  const SpecInfo* spec = check_inputs(x, num_heads, eps, {row_w, col_w});
   const c10::cuda::CUDAGuard guard(x.device());
   at::Tensor out = at::empty(x.sizes(), x.options());
   run_pass(spec, x, out, row_w, 0, eps);
@@ -219,16 +258,28 @@ at::Tensor axial_attention_cuda(const at::Tensor& x, const at::Tensor& rnw, cons
   return out;
 }
 
-// Shape-only implementations (meta / fake tensors): a new contiguous tensor like x.
-at::Tensor axial_pass_meta(const at::Tensor& x, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                           const at::Tensor&, const at::Tensor&, int64_t, int64_t, double) {
+// Shape-only implementations (meta / fake tensors): a new contiguous tensor like x. With concrete
+// sizes they run the same shape/dtype/device checks as the CUDA kernel (symbolic sizes, as under
+// torch.compile with dynamic shapes, skip them: reading them would add guards).
+bool concrete(std::initializer_list<const at::Tensor*> ts) {
+  for (const at::Tensor* t : ts)
+    if (t->defined() && t->unsafeGetTensorImpl()->has_symbolic_sizes_strides()) return false;
+  return true;
+}
+at::Tensor axial_pass_meta(const at::Tensor& x, const at::Tensor& nw, const at::Tensor& nb, const at::Tensor& qkv,
+                           const at::Tensor& ow, const at::Tensor& ob, int64_t num_heads, int64_t axis, double eps) {
   TORCH_CHECK_VALUE(x.dim() == 4, "axial_fused: x must be [B, H, W, D], got ", x.dim(), " dimensions");
+  TORCH_CHECK_VALUE(axis == 0 || axis == 1, "axial_fused: axis must be 0 (row) or 1 (col), got ", axis);
+  if (concrete({&x, &nw, &nb, &qkv, &ow, &ob})) check_shapes(x, num_heads, eps, {PassWeights{nw, nb, qkv, ow, ob}});
   return at::empty_symint(x.sym_sizes(), x.options());
 }
-at::Tensor axial_attention_meta(const at::Tensor& x, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t, double) {
+at::Tensor axial_attention_meta(const at::Tensor& x, const at::Tensor& rnw, const at::Tensor& rnb,
+                                const at::Tensor& rqkv, const at::Tensor& row, const at::Tensor& rob,
+                                const at::Tensor& cnw, const at::Tensor& cnb, const at::Tensor& cqkv,
+                                const at::Tensor& cow, const at::Tensor& cob, int64_t num_heads, double eps) {
   TORCH_CHECK_VALUE(x.dim() == 4, "axial_fused: x must be [B, H, W, D], got ", x.dim(), " dimensions");
+  if (concrete({&x, &rnw, &rnb, &rqkv, &row, &rob, &cnw, &cnb, &cqkv, &cow, &cob}))
+    check_shapes(x, num_heads, eps, {PassWeights{rnw, rnb, rqkv, row, rob}, PassWeights{cnw, cnb, cqkv, cow, cob}});
   return at::empty_symint(x.sym_sizes(), x.options());
 }
 

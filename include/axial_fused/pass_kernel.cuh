@@ -237,7 +237,8 @@ struct AttnState {
 };
 
 // Queries: 16 rows at Qs. Keys/values: BN rows at Ks/Vs, key index of the first = key0; keys outside
-// [lo[i], hi[i]) are masked for this thread's row i (g, g+8). Masked keys must hold finite values.
+// [lo[i], hi[i]) are masked for this thread's row i (g, g+8). Masked keys must hold finite values
+// (their probability is 0, and 0 * NaN = NaN): fused_pass_kernel makes sure of it after phase 1.
 // Ps: this warp's 16 x LDP scratch for the probabilities (fp32 modes).
 template <class Tr>
 __device__ __forceinline__ void attend_tile(AttnState<Tr>& st, const typename Tr::T* Qs, int ldq,
@@ -384,6 +385,25 @@ __global__ void __launch_bounds__(Tr::THREADS) fused_pass_kernel(const __grid_co
     __syncthreads();
     block_gemm<Tr, 3 * D, D>(xs, Tr::LDX, static_cast<const T*>(p.w_qkv), ws, true,
                              [&](int r, int c, float a, float b) { store2(qkv + (r0 + r) * LDQKV + c, a, b); });
+  }
+
+  // NaN/Inf isolation between packed sequences. Masking sets a foreign key's probability to 0, but
+  // P @ V still multiplies that 0 by the key's v, and 0 * NaN = NaN would leak a non-finite v (from
+  // a NaN/Inf token of x) into every other sequence sharing the key tile. So a non-finite v pair is
+  // replaced by zeros and the matching k pair by NaN: the token's own sequence (which does not mask
+  // it) still gets NaN scores, hence NaN outputs, as PyTorch does; the other sequences turn the NaN
+  // score into -inf and multiply 0 by a finite 0. Only packed blocks need it (group is uniform).
+  if (p.group > 1) {
+    const float nan = __int_as_float(0x7fffffff);
+    for (int i = threadIdx.x; i < rows * (D / 2); i += Tr::THREADS) {
+      T* k = qkv + (i / (D / 2)) * LDQKV + D + 2 * (i % (D / 2));
+      const float2 v = load2(k + D);
+      if (!(isfinite(v.x) && isfinite(v.y))) {
+        store2(k, nan, nan);
+        store2(k + D, 0.f, 0.f);
+      }
+    }
+    __syncthreads();
   }
 
   // Phase 2: attention for BM queries at a time (column groups take alternate heads), then the

@@ -8,6 +8,7 @@ included) after a one-time warning, or ``strict=True`` raises :class:`FusedUnava
 """
 from __future__ import annotations
 
+import math
 import warnings
 from typing import NamedTuple
 
@@ -87,12 +88,14 @@ class AxialWeights(NamedTuple):
         row, col = PassWeights(*row), PassWeights(*col)
         dim = _check_pass(row, "row")
         _check_pass(col, "col", dim)
-        if row.norm_weight.dtype != col.norm_weight.dtype or row.norm_weight.device != col.norm_weight.device:
-            raise ValueError(f"row weights are {row.norm_weight.dtype} on {row.norm_weight.device} but column weights "
-                             f"are {col.norm_weight.dtype} on {col.norm_weight.device}")
+        if row.norm_weight.dtype != col.norm_weight.dtype:
+            raise TypeError(f"row weights are {row.norm_weight.dtype} but column weights are {col.norm_weight.dtype}: "
+                            f"all weights must share one dtype")
+        if row.norm_weight.device != col.norm_weight.device:
+            raise ValueError(f"row weights are on {row.norm_weight.device} but column weights are on "
+                             f"{col.norm_weight.device}: all weights must be on one device")
         _check_heads(num_heads, dim)
-        if not isinstance(eps, (int, float)) or not eps > 0:
-            raise ValueError(f"eps must be a positive number, got {eps!r}")
+        _check_eps(eps)
         return cls(row, col, int(num_heads), float(eps))
 
     @classmethod
@@ -139,6 +142,13 @@ def _check_heads(num_heads, dim: int) -> None:
         raise ValueError(f"D = {dim} is not divisible by num_heads = {num_heads}")
 
 
+def _check_eps(eps) -> None:
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)):
+        raise TypeError(f"eps must be a float, got {type(eps).__name__}")
+    if not (math.isfinite(eps) and eps > 0):
+        raise ValueError(f"eps must be a positive finite number, got {eps!r}")
+
+
 def _check_x(x, dim: int, wref: torch.Tensor) -> None:
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
@@ -153,6 +163,7 @@ def _check_x(x, dim: int, wref: torch.Tensor) -> None:
     if x.device != wref.device:
         raise ValueError(f"x is on {x.device} but the weights are on {wref.device}; move them to one device")
     if x.shape[1] == 0 or x.shape[2] == 0 or x.shape[3] == 0:
+        # A sequence of length 0 has no softmax; an error, not an empty result (docs/errors.md).
         raise ValueError(f"x has shape {tuple(x.shape)}: H, W and D must be at least 1 (B may be 0)")
 
 
@@ -256,6 +267,7 @@ def _attention(x, row: PassWeights, col: PassWeights, num_heads: int, eps: float
     dim = _check_pass(row, "row")
     _check_pass(col, "col", dim)
     _check_heads(num_heads, dim)
+    _check_eps(eps)
     _check_x(x, dim, row.norm_weight)
     if col.norm_weight.dtype != x.dtype or col.norm_weight.device != x.device:
         _check_x(x, dim, col.norm_weight)
@@ -285,6 +297,7 @@ def axial_pass(x: torch.Tensor, pass_weights: PassWeights, *, num_heads: int, ax
     pw = _as_pass(pass_weights, "pass_weights")
     dim = _check_pass(pw, "pass_weights")
     _check_heads(num_heads, dim)
+    _check_eps(eps)
     _check_x(x, dim, pw.norm_weight)
     reason = _reason(x, (pw,), dim, num_heads)
     if reason is None:

@@ -1,0 +1,59 @@
+"""The workload scripts/sanitize.sh runs under compute-sanitizer: a handful of small calls that cover
+every dtype (and both float32 modes), every head_dim of the compiled set, lengths 1 and 1024, lengths
+that are not a multiple of the 64-token tile, packed short sequences, and both kernel paths.
+
+Inputs are made on the CPU and copied (initcheck sees a copy as initialising memory; no PyTorch kernel
+needs checking). No reference is computed here: correctness is the GPU tests' job; this run only has
+to touch every code path once. Prints one line per call.
+"""
+from __future__ import annotations
+
+import sys
+
+import torch
+
+import axial_fused as af
+from axial_fused import _ext
+
+# (dim, heads) -> (B, H, W) shapes, one (dim, heads) per compiled head_dim (16, 32, 64). dim 64: length 1
+# on both axes; 1024 (two-kernel) x 1 (1024 sequences of length 1, packed); 33 x 7 (not multiples of
+# the 64-token tile; on the automatic, forced fused and forced two-kernel paths). The others: lengths
+# not a multiple of the tile. Smaller builds run what they have.
+PLAN = {(64, 4): [(1, 1, 1), (1, 1024, 1), (2, 33, 7)], (192, 6): [(1, 33, 65)], (768, 12): [(1, 5, 70)]}
+FORCED_PATHS = {(64, 4, (2, 33, 7)): (-1, 0, 1)}
+
+
+def weights(dtype, dim, heads):
+    g = torch.Generator().manual_seed(dim + heads)
+    r = lambda *s: (torch.randn(*s, generator=g) * dim ** -0.5).to(dtype).cuda()
+    pw = lambda: af.PassWeights(r(dim) + 1, r(dim), r(3 * dim, dim), r(dim, dim), r(dim))
+    return af.AxialWeights.create(pw(), pw(), heads)
+
+
+def main() -> int:
+    specs = _ext.specs()
+    calls = 0
+    for (dim, heads), shapes in PLAN.items():
+        for dt, dtype in (("float32", torch.float32), ("float16", torch.float16), ("bfloat16", torch.bfloat16)):
+            if (dt, dim, heads) not in specs:
+                continue
+            w = weights(dtype, dim, heads)
+            for shape in shapes:
+                x = torch.randn(*shape, dim).to(dtype).cuda()
+                for path in FORCED_PATHS.get((dim, heads, shape), (-1,)):
+                    for allow_tf32 in ((False, True) if dtype == torch.float32 else (False,)):
+                        torch.backends.cuda.matmul.allow_tf32 = allow_tf32
+                        _ext.C.set_path_override(path)
+                        with torch.inference_mode():
+                            out = af.axial_attention(x, w, strict=True)
+                        torch.cuda.synchronize()
+                        calls += 1
+                        print(f"{dt} dim {dim} heads {heads} x {tuple(x.shape)} path {path} tf32 {allow_tf32}: "
+                              f"finite {bool(torch.isfinite(out).all())}", flush=True)
+    _ext.C.set_path_override(-1)
+    print(f"sanitize driver: {calls} calls")
+    return 0 if calls else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
