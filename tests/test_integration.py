@@ -377,7 +377,7 @@ def test_non_default_stream():
         torch.cuda.synchronize()
         side = torch.cuda.Stream()
         with torch.cuda.stream(side):
-            del torch.full_like(x, float("nan"))  # poison the side stream's free block
+            torch.full_like(x, float("nan"))  # poison a free block of the side stream (freed at once)
             torch.cuda._sleep(50_000_000)  # the copy below lands late; a launch on the wrong stream
             xs = x.clone()                 # would read xs before it (NaN) and race
             got = model(xs)
