@@ -1,7 +1,8 @@
 // The only file that sees torch: argument checks, the PassParams set-up for the row and column
 // passes, the choice between the fused and the two-kernel path, and the operator registration
-// (torch.ops.axial_fused.axial_pass / axial_attention, CUDA and Meta kernels).
+// (torch.ops.axial_fused.axial_pass / axial_attention: CUDA, Meta, Autograd and AutocastCUDA kernels).
 #include <ATen/Context.h>
+#include <ATen/autocast_mode.h>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/extension.h>
@@ -121,16 +122,36 @@ void check_weight(const at::Tensor& w, const at::Tensor& x, const std::string& n
                     x.device());
 }
 
-// Layout the fused kernel needs of a weight (CUDA only: reads the data pointer).
-void check_weight_layout(const at::Tensor& w, const std::string& name) {
-  TORCH_CHECK_VALUE(w.is_contiguous() && reinterpret_cast<uintptr_t>(w.data_ptr()) % 16 == 0, "axial_fused: ", name,
-                    " must be contiguous and 16-byte aligned for the fused path; got strides ", w.strides(),
-                    " (call .contiguous())");
+// Held by value (a reference count each): packing may replace a weight by a contiguous copy.
+struct PassWeights {
+  at::Tensor norm_w, norm_b, qkv_w, out_w, out_b;
+};
+
+// The kernels read x in place when its feature stride is 1, its other strides are even and its
+// pointer is aligned to two elements, and they read weights that are contiguous and 16-byte
+// aligned. Any other layout (an odd slice, a transposed weight view) is copied once into a fresh
+// caching-allocator block, which meets both. Doing this here rather than falling back in Python
+// keeps the Python decision free of data_ptr() reads, which torch.compile / torch.export cannot
+// make on fake tensors, and one copy is far cheaper than the reference path.
+bool readable_in_place(const at::Tensor& x) {
+  return x.stride(3) == 1 && x.stride(0) % 2 == 0 && x.stride(1) % 2 == 0 && x.stride(2) % 2 == 0 &&
+         reinterpret_cast<uintptr_t>(x.data_ptr()) % (2 * x.element_size()) == 0;
 }
 
-struct PassWeights {
-  const at::Tensor &norm_w, &norm_b, &qkv_w, &out_w, &out_b;
-};
+at::Tensor packed_x(const at::Tensor& x) {
+  return readable_in_place(x) ? x : x.clone(at::MemoryFormat::Contiguous);
+}
+
+at::Tensor packed_weight(const at::Tensor& w) {
+  const bool ok = w.is_contiguous() && reinterpret_cast<uintptr_t>(w.data_ptr()) % 16 == 0;
+  return ok ? w : w.clone(at::MemoryFormat::Contiguous);
+}
+
+PassWeights packed(const PassWeights& w) {
+  return {packed_weight(w.norm_w), packed_weight(w.norm_b), packed_weight(w.qkv_w), packed_weight(w.out_w),
+          packed_weight(w.out_b)};
+}
+
 
 constexpr const char* kFields[] = {"norm_weight", "norm_bias", "qkv_weight", "out_weight", "out_bias"};
 
@@ -164,22 +185,11 @@ void check_shapes(const at::Tensor& x, int64_t num_heads, double eps, const std:
                     "axial_fused: x of shape ", x.sizes(), " is too large: H * W must be below 2^31 and H, W at most 2^24");
 }
 
+// check_shapes plus what only the CUDA kernel needs: x on a CUDA device and a compiled specialization.
+// Layouts the kernels cannot read in place are copied by packed_x / packed (above), not rejected.
 const SpecInfo* check_inputs(const at::Tensor& x, int64_t num_heads, double eps, const std::vector<PassWeights>& passes) {
   check_shapes(x, num_heads, eps, passes);
   TORCH_CHECK_VALUE(x.is_cuda(), "axial_fused: the CUDA kernel got x on ", x.device());
-  for (size_t i = 0; i < passes.size(); ++i) {
-    const PassWeights& pw = passes[i];
-    const at::Tensor* ws[] = {&pw.norm_w, &pw.norm_b, &pw.qkv_w, &pw.out_w, &pw.out_b};
-    for (int f = 0; f < 5; ++f) check_weight_layout(*ws[f], weight_name(i, passes.size(), f));
-  }
-  // x is read in place through its strides with 2-element vector loads: feature stride 1, even
-  // strides and a pointer aligned to 2 elements (16-byte alignment is not needed). The Python API
-  // falls back to PyTorch for other layouts (docs/errors.md); a direct call gets this error.
-  TORCH_CHECK_VALUE(x.stride(3) == 1 && x.stride(0) % 2 == 0 && x.stride(1) % 2 == 0 && x.stride(2) % 2 == 0 &&
-                        reinterpret_cast<uintptr_t>(x.data_ptr()) % (2 * x.element_size()) == 0,
-                    "axial_fused: x needs feature stride 1, even strides and a ", 2 * x.element_size(),
-                    "-byte aligned data pointer; got strides ", x.strides(), " and data pointer ", x.data_ptr(),
-                    " (call .contiguous())");
   const SpecInfo* spec = find_spec(dtype_code(x.scalar_type()), x.size(3), num_heads);
   TORCH_CHECK_VALUE(spec != nullptr, "axial_fused: no compiled specialization for dtype ", x.scalar_type(), ", dim ",
                     x.size(3), ", heads ", num_heads, " (see axial_fused.supported_configs())");
@@ -241,7 +251,7 @@ at::Tensor axial_pass_cuda(const at::Tensor& x, const at::Tensor& norm_w, const 
   const SpecInfo* spec = check_inputs(x, num_heads, eps, {w});
   const c10::cuda::CUDAGuard guard(x.device());
   at::Tensor out = at::empty(x.sizes(), x.options());
-  run_pass(spec, x, out, w, axis, eps);
+  run_pass(spec, packed_x(x), out, packed(w), axis, eps);
   return out;
 }
 
@@ -253,8 +263,8 @@ at::Tensor axial_attention_cuda(const at::Tensor& x, const at::Tensor& rnw, cons
   const SpecInfo* spec = check_inputs(x, num_heads, eps, {row_w, col_w});
   const c10::cuda::CUDAGuard guard(x.device());
   at::Tensor out = at::empty(x.sizes(), x.options());
-  run_pass(spec, x, out, row_w, 0, eps);
-  run_pass(spec, out, out, col_w, 1, eps);  // in place: each element is read before it is written
+  run_pass(spec, packed_x(x), out, packed(row_w), 0, eps);
+  run_pass(spec, out, out, packed(col_w), 1, eps);  // in place: each element is read before it is written
   return out;
 }
 
@@ -283,6 +293,98 @@ at::Tensor axial_attention_meta(const at::Tensor& x, const at::Tensor& rnw, cons
   return at::empty_symint(x.sym_sizes(), x.options());
 }
 
+// ---- Autograd: with gradients required, the reference math in ATen ops ---------------------------
+// The kernels are inference-only. When grad mode is on and an input requires grad, the Autograd
+// kernel computes the pass with differentiable ATen ops (the same formula as
+// axial_fused.reference.reference_pass), so a direct torch.ops call trains correctly on any device;
+// otherwise it hands the call to the kernel below autograd. Returns a contiguous tensor, like the kernel.
+at::Tensor reference_pass(const at::Tensor& x, const PassWeights& w, int64_t heads, int64_t axis, double eps) {
+  TORCH_CHECK_VALUE(x.dim() == 4, "axial_fused: x must be [B, H, W, D], got ", x.dim(), " dimensions");
+  TORCH_CHECK_VALUE(heads > 0 && x.size(3) % heads == 0, "axial_fused: D = ", x.size(3),
+                    " is not divisible by num_heads = ", heads);
+  const at::Tensor xs = axis == 0 ? x : x.transpose(1, 2);  // sequences along dim 2
+  const c10::SymInt B = xs.sym_size(0), S = xs.sym_size(1), L = xs.sym_size(2), D = xs.sym_size(3);
+  const at::Tensor h = at::layer_norm_symint(xs, {D}, w.norm_w, w.norm_b, eps);
+  const at::Tensor qkv = at::linear(h, w.qkv_w).reshape_symint({B * S, L, 3, heads, D / heads}).permute({2, 0, 3, 1, 4});
+  const at::Tensor o = at::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2]).transpose(1, 2).reshape_symint({B, S, L, D});
+  const at::Tensor out = xs + at::linear(o, w.out_w, w.out_b);
+  return (axis == 0 ? out : out.transpose(1, 2)).contiguous();
+}
+
+bool grad_required(const at::Tensor& x, std::initializer_list<const PassWeights*> passes) {
+  if (!at::GradMode::is_enabled()) return false;
+  bool any = x.requires_grad();
+  for (const PassWeights* w : passes)
+    for (const at::Tensor* t : {&w->norm_w, &w->norm_b, &w->qkv_w, &w->out_w, &w->out_b}) any |= t->requires_grad();
+  return any;
+}
+
+template <typename Fn>
+c10::TypedOperatorHandle<Fn> op_handle(const char* name) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Fn>();
+}
+
+at::Tensor axial_pass_autograd(const at::Tensor& x, const at::Tensor& norm_w, const at::Tensor& norm_b,
+                               const at::Tensor& qkv_w, const at::Tensor& out_w, const at::Tensor& out_b,
+                               int64_t num_heads, int64_t axis, double eps) {
+  const PassWeights w{norm_w, norm_b, qkv_w, out_w, out_b};
+  if (grad_required(x, {&w})) {
+    TORCH_CHECK_VALUE(axis == 0 || axis == 1, "axial_fused: axis must be 0 (row) or 1 (col), got ", axis);
+    return reference_pass(x, w, num_heads, axis, eps);
+  }
+  static const auto op = op_handle<decltype(axial_pass_cuda)>("axial_fused::axial_pass");
+  const at::AutoDispatchBelowADInplaceOrView below_autograd;
+  return op.call(x, norm_w, norm_b, qkv_w, out_w, out_b, num_heads, axis, eps);
+}
+
+at::Tensor axial_attention_autograd(const at::Tensor& x, const at::Tensor& rnw, const at::Tensor& rnb,
+                                    const at::Tensor& rqkv, const at::Tensor& row, const at::Tensor& rob,
+                                    const at::Tensor& cnw, const at::Tensor& cnb, const at::Tensor& cqkv,
+                                    const at::Tensor& cow, const at::Tensor& cob, int64_t num_heads, double eps) {
+  const PassWeights row_w{rnw, rnb, rqkv, row, rob}, col_w{cnw, cnb, cqkv, cow, cob};
+  if (grad_required(x, {&row_w, &col_w}))
+    return reference_pass(reference_pass(x, row_w, num_heads, 0, eps), col_w, num_heads, 1, eps);
+  static const auto op = op_handle<decltype(axial_attention_cuda)>("axial_fused::axial_attention");
+  const at::AutoDispatchBelowADInplaceOrView below_autograd;
+  return op.call(x, rnw, rnb, rqkv, row, rob, cnw, cnb, cqkv, cow, cob, num_heads, eps);
+}
+
+// ---- Autocast (CUDA): the kernel of the autocast dtype, like nn.Linear -------------------------
+// Under torch.autocast("cuda", dtype=bf16) x and the weights are cast to bf16 (weights through
+// autocast's per-region cache, as nn.Linear's are) and the bf16 kernel runs. The result has the
+// dtype the reference model returns under autocast: its residual add x + linear(...) promotes
+// x's dtype with the autocast dtype (float32 x -> float32 out, bfloat16 x -> bfloat16 out).
+at::Tensor autocast_cast(const at::Tensor& t) {
+  return at::autocast::cached_cast(at::autocast::get_autocast_dtype(at::kCUDA), t, c10::DeviceType::CUDA);
+}
+
+at::ScalarType autocast_result_type(const at::Tensor& x) {
+  return at::promote_types(x.scalar_type(), at::autocast::get_autocast_dtype(at::kCUDA));
+}
+
+at::Tensor axial_pass_autocast(const at::Tensor& x, const at::Tensor& norm_w, const at::Tensor& norm_b,
+                               const at::Tensor& qkv_w, const at::Tensor& out_w, const at::Tensor& out_b,
+                               int64_t num_heads, int64_t axis, double eps) {
+  const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::DispatchKey::AutocastCUDA);
+  static const auto op = op_handle<decltype(axial_pass_cuda)>("axial_fused::axial_pass");
+  const at::Tensor out = op.call(autocast_cast(x), autocast_cast(norm_w), autocast_cast(norm_b), autocast_cast(qkv_w),
+                                 autocast_cast(out_w), autocast_cast(out_b), num_heads, axis, eps);
+  return out.to(autocast_result_type(x));
+}
+
+at::Tensor axial_attention_autocast(const at::Tensor& x, const at::Tensor& rnw, const at::Tensor& rnb,
+                                    const at::Tensor& rqkv, const at::Tensor& row, const at::Tensor& rob,
+                                    const at::Tensor& cnw, const at::Tensor& cnb, const at::Tensor& cqkv,
+                                    const at::Tensor& cow, const at::Tensor& cob, int64_t num_heads, double eps) {
+  const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::DispatchKey::AutocastCUDA);
+  static const auto op = op_handle<decltype(axial_attention_cuda)>("axial_fused::axial_attention");
+  const at::Tensor out =
+      op.call(autocast_cast(x), autocast_cast(rnw), autocast_cast(rnb), autocast_cast(rqkv), autocast_cast(row),
+              autocast_cast(rob), autocast_cast(cnw), autocast_cast(cnb), autocast_cast(cqkv), autocast_cast(cow),
+              autocast_cast(cob), num_heads, eps);
+  return out.to(autocast_result_type(x));
+}
+
 const char* dtype_name(int d) { return d == kFloat32 ? "float32" : d == kFloat16 ? "float16" : "bfloat16"; }
 
 }  // namespace
@@ -305,6 +407,16 @@ TORCH_LIBRARY_IMPL(axial_fused, CUDA, m) {
 TORCH_LIBRARY_IMPL(axial_fused, Meta, m) {
   m.impl("axial_pass", &axial_pass_meta);
   m.impl("axial_attention", &axial_attention_meta);
+}
+
+TORCH_LIBRARY_IMPL(axial_fused, Autograd, m) {
+  m.impl("axial_pass", &axial_pass_autograd);
+  m.impl("axial_attention", &axial_attention_autograd);
+}
+
+TORCH_LIBRARY_IMPL(axial_fused, AutocastCUDA, m) {
+  m.impl("axial_pass", &axial_pass_autocast);
+  m.impl("axial_attention", &axial_attention_autocast);
 }
 
 }  // namespace axial_fused

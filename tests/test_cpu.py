@@ -160,13 +160,6 @@ def test_reason_texts_for_each_cause():
             assert "inference-only" not in (af.functional._reason(FakeCuda, passes, 64, 7) or "")
 
 
-def test_layout_reason():
-    t = torch.zeros(4, 6, 10, 64)[..., 1:33]
-    assert af.functional._layout_reason(t, "x", contiguous=False) is not None
-    assert af.functional._layout_reason(torch.zeros(4, 64).t(), "w", contiguous=True) is not None
-    assert af.functional._layout_reason(torch.zeros(2, 3, 4, 64)[:, 1:], "x", contiguous=False) is None
-
-
 # ---- bad input ----------------------------------------------------------------------------------
 
 @pytest.fixture

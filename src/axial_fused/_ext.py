@@ -8,14 +8,13 @@ except ImportError as e:  # not built, or built against another torch (undefined
     C = None
     error = f"{type(e).__name__}: {e}"
 
-_specs: frozenset | None = None
+# Read once at import: the per-call decision (and torch.compile, which cannot trace into the
+# pybind11 extension) then only looks the set up.
+_specs: frozenset = frozenset(tuple(s) for s in C.compiled_specs()) if C is not None else frozenset()
 
 
 def specs() -> frozenset:
     """{(dtype name, dim, heads)} compiled into the extension (empty without it)."""
-    global _specs
-    if _specs is None:
-        _specs = frozenset(tuple(s) for s in C.compiled_specs()) if C is not None else frozenset()
     return _specs
 
 

@@ -158,7 +158,7 @@ def _check_x(x, dim: int, wref: torch.Tensor) -> None:
         raise ValueError(f"x has D = {x.shape[3]} (shape {tuple(x.shape)}) but the weights have D = {dim}")
     if not (x.is_floating_point()):
         raise TypeError(f"x is {x.dtype}; supported: float32, float16, bfloat16 (fused) and float64 (reference)")
-    if x.dtype != wref.dtype:
+    if x.dtype != wref.dtype and not _autocasting(x, wref):
         raise TypeError(f"x is {x.dtype} but the weights are {wref.dtype}; convert one, e.g. weights .to({x.dtype})")
     if x.device != wref.device:
         raise ValueError(f"x is on {x.device} but the weights are on {wref.device}; move them to one device")
@@ -168,35 +168,55 @@ def _check_x(x, dim: int, wref: torch.Tensor) -> None:
 
 
 # ---- the path decision --------------------------------------------------------------------------
+# Everything here must trace under torch.compile(fullgraph=True) and torch.export: attribute reads,
+# grad/autocast state (both understood by dynamo) and one function marked constant for the
+# compiler (_device_reason). Layout (strides, alignment) is not decided here: the op copies a
+# layout its kernels cannot read (csrc/binding.cpp), since data_ptr() cannot be read while tracing.
 
 _DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
-_device_reason_cache: dict[int, str | None] = {}
+_device_reason_cache: dict[tuple, str | None] = {}
 
 
-def _device_reason(x: torch.Tensor) -> str | None:
-    idx = x.device.index if x.device.index is not None else torch.cuda.current_device()
-    if idx not in _device_reason_cache:
-        C = _ext.C
-        err = C.device_kernel_error(idx)
-        if err:
-            major, minor = torch.cuda.get_device_capability(idx)
-            _device_reason_cache[idx] = (
-                f"GPU {torch.cuda.get_device_name(idx)} (sm_{major}{minor}) is not among the archs this binary was "
-                f"built for ({C.compiled_archs()}): {err}. Rebuild with AXIAL_FUSED_ARCHS including {major}{minor}")
-        else:
-            _device_reason_cache[idx] = None
-    return _device_reason_cache[idx]
+def _autocasting(x: torch.Tensor, wref: torch.Tensor) -> bool:
+    """Whether autocast will cast x and the weights to one dtype (so they may differ), as it does for
+    nn.Linear: autocast on for x's device type and both in float32/float16/bfloat16."""
+    return (x.device.type in ("cuda", "cpu") and torch.is_autocast_enabled(x.device.type)
+            and x.dtype in _DTYPE_NAMES and wref.dtype in _DTYPE_NAMES)
 
 
-def _layout_reason(t: torch.Tensor, name: str, contiguous: bool) -> str | None:
-    esz = t.element_size()
-    if contiguous:
-        if not t.is_contiguous() or t.data_ptr() % 16:
-            return f"{name} is not contiguous and 16-byte aligned (call .contiguous())"
-    elif t.stride(-1) != 1 or any(s % 2 for s in t.stride()[:-1]) or t.data_ptr() % (2 * esz):
-        return (f"x has strides {t.stride()} and data pointer {t.data_ptr():#x}; the fused path needs feature "
-                f"stride 1, even strides and a {2 * esz}-byte aligned pointer")
-    return None
+def _kernel_dtype(x: torch.Tensor) -> torch.dtype:
+    """The dtype the kernel runs in: x's, or under torch.autocast("cuda") the autocast dtype (the op's
+    AutocastCUDA kernel casts x and the weights to it)."""
+    if x.dtype in _DTYPE_NAMES and torch.is_autocast_enabled("cuda"):
+        return torch.get_autocast_dtype("cuda")
+    return x.dtype
+
+
+@torch.compiler.assume_constant_result
+def _device_reason(device: int, dtype: str, dim: int, num_heads: int | None) -> str | None:
+    """Why GPU `device` cannot run the compiled kernels for (dtype, dim, num_heads), or None; cached.
+    Marked constant for torch.compile: it depends only on its arguments and the hardware, and it
+    calls into the extension (pybind11), which dynamo cannot trace."""
+    key = (device, dtype, dim, num_heads)
+    if key not in _device_reason_cache:
+        _device_reason_cache[key] = _arch_reason(device) or _smem_reason(device, dtype, dim, num_heads)
+    return _device_reason_cache[key]
+
+
+def _arch_reason(device: int) -> str | None:
+    C = _ext.C
+    err = C.device_kernel_error(device)
+    if not err:
+        return None
+    major, minor = torch.cuda.get_device_capability(device)
+    return (f"GPU {torch.cuda.get_device_name(device)} (sm_{major}{minor}) is not among the archs this binary was "
+            f"built for ({C.compiled_archs()}): {err}. Rebuild with AXIAL_FUSED_ARCHS including {major}{minor}")
+
+
+def _smem_reason(device: int, dtype: str, dim: int, num_heads: int | None) -> str | None:
+    if num_heads is None or _ext.C.fits_device(dtype, dim, num_heads, device):
+        return None
+    return f"dim {dim} in {dtype} needs more shared memory per block than {torch.cuda.get_device_name(device)} offers"
 
 
 def fallback_reason(x: torch.Tensor, weights, *, axis: str | None = None) -> str | None:
@@ -217,7 +237,7 @@ def _reason(x: torch.Tensor, passes, dim: int, num_heads: int | None) -> str | N
         return f"the CUDA extension axial_fused._C is not available ({_ext.error})"
     if not x.is_cuda:
         return f"x is on {x.device}; the fused kernels run on CUDA devices"
-    dtype = _DTYPE_NAMES.get(x.dtype)
+    dtype = _DTYPE_NAMES.get(_kernel_dtype(x))
     if dtype is None:
         return f"x is {x.dtype}; the fused path supports float32, float16 and bfloat16"
     if torch.is_grad_enabled() and (x.requires_grad or any(t.requires_grad for pw in passes for t in pw)):
@@ -226,23 +246,7 @@ def _reason(x: torch.Tensor, passes, dim: int, num_heads: int | None) -> str | N
     if num_heads is not None and (dtype, dim, num_heads) not in _ext.specs():
         return (f"no compiled specialization for dtype {dtype}, dim {dim}, heads {num_heads}; compiled: "
                 f"{_ext.describe_specs()}. Rebuild with AXIAL_FUSED_SPECS={dim}x{num_heads}:{_short(dtype)} added")
-    r = _device_reason(x)
-    if r:
-        return r
-    r = _layout_reason(x, "x", contiguous=False)
-    if r:
-        return r
-    for i, pw in enumerate(passes):
-        for field, t in zip(_FIELDS, pw):
-            r = _layout_reason(t, f"{('row', 'col')[i] if len(passes) == 2 else 'weights'}.{field}", contiguous=True)
-            if r:
-                return r
-    if num_heads is not None:
-        idx = x.device.index if x.device.index is not None else torch.cuda.current_device()
-        if not _ext.C.fits_device(dtype, dim, num_heads, idx):
-            return (f"dim {dim} in {dtype} needs more shared memory per block than "
-                    f"{torch.cuda.get_device_name(idx)} offers")
-    return None
+    return _device_reason(x.device.index, dtype, dim, num_heads)
 
 
 def _short(dtype: str) -> str:
@@ -255,10 +259,18 @@ _warned: set[str] = set()
 def _fallback(reason: str, strict: bool) -> None:
     if strict:
         raise FusedUnavailableError(f"axial_fused: the fused path cannot run this call: {reason}")
+    _warn_once(reason)
+
+
+@torch.compiler.assume_constant_result
+def _warn_once(reason: str) -> bool:
+    """Warn once per reason. Marked constant for torch.compile, which cannot trace warnings.warn: the
+    compiler runs it once while tracing, so a compiled call warns when its graph is built."""
     if reason not in _warned:
         _warned.add(reason)
         warnings.warn(f"axial_fused: computing with PyTorch ops instead of the fused kernels: {reason}",
-                      FusedFallbackWarning, stacklevel=3)
+                      FusedFallbackWarning, stacklevel=4)
+    return True
 
 
 # ---- the calls ----------------------------------------------------------------------------------
