@@ -112,20 +112,6 @@ def test_float64_falls_back(w):
         af.axial_attention(x, w64, strict=True)
 
 
-def test_layout_is_not_a_fallback_reason():
-    """Layout (strides, alignment) never decides the path: the op copies a layout its kernels cannot
-    read (docs/errors.md rows 17-20), so the decision stays traceable under torch.compile."""
-    for dtype in (torch.float32, torch.float16, torch.bfloat16):
-        buf = torch.zeros(2 * 3 * 4 * D + 8, dtype=dtype)
-        odd = buf[1:1 + 2 * 3 * 4 * D].view(2, 3, 4, D)  # pointer 1 element past an aligned one
-        wide = torch.zeros(2, 3, 4, D + 1, dtype=dtype)[..., :D]  # odd token stride
-        every_other = torch.zeros(2, 3, 4, 2 * D, dtype=dtype)[..., ::2]  # feature stride 2
-        w = af.AxialWeights.create(D, HEADS, dtype=dtype)
-        for x in (odd, wide, every_other):
-            reason = af.fallback_reason(x, w) or ""
-            assert "stride" not in reason and "aligned" not in reason, reason
-
-
 # ---- the registered operator on meta tensors ----------------------------------------------------
 
 def meta_args(B=2, H=3, W=5, dtype=torch.bfloat16):
