@@ -542,7 +542,10 @@ template <class Tr, bool SM90>
 struct AttnOutLayout {
   static constexpr int OWGN = Tr::THREADS / 128;           // warpgroups (1 or 2), side by side along N
   static constexpr int OBNW = (Tr::D % 128 == 0 ? 128 : 64) / OWGN;  // columns per warpgroup and weight chunk
-  static constexpr size_t O_STAGES = 3ull * OWGN * OBNW * 128;
+  static constexpr size_t O_STAGE = size_t(OWGN) * OBNW * 128, O_STAGES = 3 * O_STAGE;
+  // Weight stages of the output projection: 3, or as many (up to 6) as the k/v region already holds
+  // (deeper look-ahead hides L2 latency; at D = 768 the region holds 4).
+  static constexpr int OS = SM90 && Tr::KV_BYTES / O_STAGE > 3 ? (Tr::KV_BYTES / O_STAGE < 6 ? int(Tr::KV_BYTES / O_STAGE) : 6) : 3;
   static constexpr size_t X = SM90 ? size_t(Tr::BM) * Tr::D * Tr::ESZ : Tr::X_BYTES;
   static constexpr size_t Q = SM90 ? (Tr::Q_BYTES + 1023) / 1024 * 1024 : Tr::Q_BYTES;
   static constexpr size_t P = Tr::P_BYTES;
@@ -642,7 +645,7 @@ __global__ void __launch_bounds__(Tr::THREADS) attn_out_kernel(const __grid_cons
     __syncthreads();
   }
   if constexpr (SM90) {
-    wg_gemm<T, 1, Lay::OWGN, Lay::OBNW, D, D, 3>(xs, static_cast<const T*>(p.w_out), kv, OutEpilogue<T>(p, xo, oo), [] {});
+    wg_gemm<T, 1, Lay::OWGN, Lay::OBNW, D, D, Lay::OS>(xs, static_cast<const T*>(p.w_out), kv, OutEpilogue<T>(p, xo, oo), [] {});
   } else {
     out_projection<Tr>(p, xs, kv, active, xo, oo);
   }
