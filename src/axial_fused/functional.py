@@ -168,10 +168,9 @@ def _device_reason(x: torch.Tensor) -> str | None:
         C = _ext.C
         err = C.device_kernel_error(idx)
         if err:
-            major, minor = torch.cuda.get_device_capability(idx)
-            _device_reason_cache[idx] = (
-                f"GPU {torch.cuda.get_device_name(idx)} (sm_{major}{minor}) is not among the archs this binary was "
-                f"built for ({C.compiled_archs()}): {err}. Rebuild with AXIAL_FUSED_ARCHS including {major}{minor}")
+            _device_reason_cache[idx] = _ext.arch_message(torch.cuda.get_device_name(idx),
+                                                          torch.cuda.get_device_capability(idx),
+                                                          C.compiled_archs(), err)
         else:
             _device_reason_cache[idx] = None
     return _device_reason_cache[idx]
