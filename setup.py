@@ -1,19 +1,29 @@
 """Build axial_fused: the Python package plus one CUDA extension (axial_fused._C).
 
 Install-time options (environment variables):
-  AXIAL_FUSED_SPECS   which (dtype, dim, heads) specializations to compile: default | minimal |
-                      DIMxHEADS[:DTYPE],...   (src/axial_fused/_specs.py documents them)
-  AXIAL_FUSED_ARCHS   GPU archs to compile for, e.g. "80;90a" (the default)
-  MAX_JOBS            parallel compile jobs (ninja)
-  CUDA_HOME           the CUDA toolkit root (the folder holding bin/nvcc and lib/)
+  AXIAL_FUSED_SPECS    which (dtype, dim, heads) specializations to compile: default | minimal |
+                       DIMxHEADS[:DTYPE],...   (src/axial_fused/_specs.py documents them)
+  AXIAL_FUSED_ARCHS    GPU archs to compile for, e.g. "80;90a" (the default)
+  AXIAL_FUSED_NO_CUDA  "1": build without the CUDA extension, the PyTorch reference path only (for a
+                       machine without a CUDA toolkit; the package says so at import and in
+                       `python -m axial_fused.info`). Without it, a missing toolkit stops the build.
+  MAX_JOBS             parallel compile jobs (ninja)
+  CUDA_HOME            the CUDA toolkit root (the folder holding bin/nvcc and lib/)
+
+torch must be installed before building (`pip install --no-build-isolation ...`): the extension is
+compiled against the torch it will run with. A build records what it was built against in
+src/axial_fused/_build_info.py (not tracked) and tags the version with it, e.g. 0.1.0+cu130torch2.11.
+An sdist needs neither torch nor CUDA.
 """
 import importlib.util
 import os
+import sys
 from pathlib import Path
 
 from setuptools import find_packages, setup
 
 ROOT = Path(__file__).resolve().parent
+PKG = ROOT / "src" / "axial_fused"
 
 
 def _load(name, path):
@@ -23,8 +33,23 @@ def _load(name, path):
     return mod
 
 
-specs_mod = _load("_axial_specs", ROOT / "src" / "axial_fused" / "_specs.py")
-VERSION = _load("_axial_version", ROOT / "src" / "axial_fused" / "_version.py").__version__
+specs_mod = _load("_axial_specs", PKG / "_specs.py")
+version_mod = _load("_axial_version", PKG / "_version.py")
+
+_HOW_TO_INSTALL = (
+    "Prebuilt wheels need no CUDA toolkit: see the README's install section for the wheel matching your torch "
+    "and CUDA. To build from source: install torch (a CUDA build) and a CUDA toolkit of the same major version, "
+    "then `pip install --no-build-isolation axial-fused`. For the PyTorch reference path only (no fused kernels), "
+    "build with AXIAL_FUSED_NO_CUDA=1.")
+
+
+def _fail(reason: str):
+    sys.exit(f"\naxial-fused: cannot build the CUDA extension: {reason}\n{_HOW_TO_INSTALL}\n")
+
+
+def _packaging_sources_only() -> bool:
+    """True for `sdist` (and the egg_info step before it): no torch, no CUDA, no local version tag."""
+    return bool({"sdist", "egg_info"} & set(sys.argv[1:]))
 
 
 def _write_if_changed(path: Path, text: str) -> None:
@@ -33,8 +58,30 @@ def _write_if_changed(path: Path, text: str) -> None:
         path.write_text(text)
 
 
-def cuda_extension():
-    import torch
+def _write_build_info(**fields) -> None:
+    """What this build was made against, readable even when the binary cannot be loaded."""
+    lines = ['"""Written by setup.py at build time (not tracked): what the binary was built against."""']
+    lines += [f"{k} = {v!r}" for k, v in fields.items()]
+    _write_if_changed(PKG / "_build_info.py", "\n".join(lines) + "\n")
+
+
+def _torch_with_cuda():
+    """The installed torch, or a clear stop when it cannot build the extension."""
+    try:
+        import torch
+    except ImportError:
+        _fail("torch is not installed in the build environment (pip's build isolation hides it: pass "
+              "--no-build-isolation).")
+    from torch.utils.cpp_extension import CUDA_HOME
+    if torch.version.cuda is None:
+        _fail(f"the installed torch {torch.__version__} is a CPU-only build.")
+    if CUDA_HOME is None or not (Path(CUDA_HOME) / "bin" / "nvcc").exists():
+        _fail(f"no CUDA toolkit found (CUDA_HOME={os.environ.get('CUDA_HOME')!r}, no nvcc on PATH); torch "
+              f"{torch.__version__} needs CUDA {torch.version.cuda}.")
+    return torch
+
+
+def cuda_extension(torch):
     from torch.utils.cpp_extension import CUDAExtension
 
     specs = specs_mod.parse_specs(os.environ.get("AXIAL_FUSED_SPECS"))
@@ -66,16 +113,35 @@ def cuda_extension():
     )
 
 
-def main():
+def build_plan():
+    """(version, ext_modules, cmdclass) for this invocation."""
+    python = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if _packaging_sources_only():
+        return version_mod.__version__, [], {}
+    if os.environ.get("AXIAL_FUSED_NO_CUDA") == "1":
+        print("axial_fused: AXIAL_FUSED_NO_CUDA=1: building without the CUDA extension (reference path only)")
+        _write_build_info(torch_version=None, cuda_version=None, python_version=python, archs="", specs="",
+                          no_cuda=True)
+        return f"{version_mod.__version__}+{version_mod.local_tag('', None)}", [], {}
+    torch = _torch_with_cuda()
     from torch.utils.cpp_extension import BuildExtension
+    ext = cuda_extension(torch)
+    _write_build_info(torch_version=torch.__version__, cuda_version=torch.version.cuda, python_version=python,
+                      archs=";".join(specs_mod.parse_archs(os.environ.get("AXIAL_FUSED_ARCHS"))),
+                      specs=os.environ.get("AXIAL_FUSED_SPECS", "default"), no_cuda=False)
+    version = f"{version_mod.__version__}+{version_mod.local_tag(torch.__version__, torch.version.cuda)}"
+    return version, [ext], {"build_ext": BuildExtension.with_options(use_ninja=True)}
 
+
+def main():
+    version, ext_modules, cmdclass = build_plan()
     setup(
         name="axial-fused",
-        version=VERSION,
+        version=version,
         package_dir={"": "src"},
         packages=find_packages("src"),
-        ext_modules=[cuda_extension()],
-        cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+        ext_modules=ext_modules,
+        cmdclass=cmdclass,
     )
 
 

@@ -208,9 +208,8 @@ def _arch_reason(device: int) -> str | None:
     err = C.device_kernel_error(device)
     if not err:
         return None
-    major, minor = torch.cuda.get_device_capability(device)
-    return (f"GPU {torch.cuda.get_device_name(device)} (sm_{major}{minor}) is not among the archs this binary was "
-            f"built for ({C.compiled_archs()}): {err}. Rebuild with AXIAL_FUSED_ARCHS including {major}{minor}")
+    return _ext.arch_message(torch.cuda.get_device_name(device), torch.cuda.get_device_capability(device),
+                             C.compiled_archs(), err)
 
 
 def _smem_reason(device: int, dtype: str, dim: int, num_heads: int | None) -> str | None:

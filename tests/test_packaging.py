@@ -1,0 +1,203 @@
+"""Packaging (CPU): the version tag, `python -m axial_fused.info`, what a binary that does not fit the
+running torch says, and source builds without a CUDA toolkit.
+
+Load failures are simulated in a fresh interpreter: an import hook makes `axial_fused._C` fail the way
+a binary built for another torch does ("undefined symbol"), and a stand-in build record says what the
+binary was built against. The package must still import, serve the reference path, and raise the
+message on strict=True."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import axial_fused as af
+from axial_fused import _ext
+from axial_fused._version import local_tag
+
+ROOT = Path(__file__).resolve().parent.parent
+UNDEFINED = ("/x/axial_fused/_C.cpython-312-x86_64-linux-gnu.so: undefined symbol: "
+             "_ZN3c1017RegisterOperatorsD1Ev")
+
+
+def _run(code: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], capture_output=True, text=True,
+                          timeout=300, env=env)
+
+
+def test_local_tag_names_cuda_and_torch_minor():
+    assert local_tag("2.11.0+cu130", "13.0") == "cu130torch2.11"
+    assert local_tag("2.14.1", "12.8") == "cu128torch2.14"
+    assert local_tag("", None) == "nocuda"
+
+
+@pytest.mark.skipif(os.environ.get("AXIAL_FUSED_EXPECT_EXT") != "1",
+                    reason="set AXIAL_FUSED_EXPECT_EXT=1 where the extension was built (CI does)")
+def test_extension_loads_where_it_was_built():
+    assert _ext.C is not None, _ext.error
+    assert _ext.build_info is not None and _ext.build_info.torch_version == torch.__version__
+
+
+def test_info_reports_versions_archs_and_gpu():
+    p = subprocess.run([sys.executable, "-m", "axial_fused.info"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    out = p.stdout
+    assert f"axial_fused {af.__version__}" in out
+    assert f"torch {torch.__version__}" in out and f"Python {platform.python_version()}" in out
+    if _ext.C is not None:
+        bi = _ext.build_info
+        assert f"built against:  torch {bi.torch_version}, CUDA {bi.cuda_version}" in out
+        assert f"compiled archs: {_ext.C.compiled_archs()}" in out
+        assert _ext.describe_specs() in out
+    else:
+        assert f"CUDA extension: not available: {_ext.error}" in out
+    if not torch.cuda.is_available():
+        assert "GPU: none" in out
+    else:
+        assert f"GPU 0: {torch.cuda.get_device_name(0)}" in out and "fused path" in out
+
+
+# A fresh interpreter with a stand-in build record and a failing `_C` import, then one reference call
+# and one strict call. Prints what happened as JSON.
+_SIMULATE = """
+    import json, sys, types, warnings
+    cfg = json.loads(sys.argv[1])
+
+    class FailingC:
+        def find_spec(self, name, path=None, target=None):
+            if name != "axial_fused._C":
+                return None
+            if cfg["load_error"] is None:
+                raise AssertionError("axial_fused._C was imported although the build record rules it out")
+            raise ImportError(cfg["load_error"])
+
+    sys.meta_path.insert(0, FailingC())
+    bi = cfg["build_info"]
+    sys.modules["axial_fused._build_info"] = types.SimpleNamespace(**bi) if bi else None
+    import torch
+    import axial_fused as af
+    g = torch.Generator().manual_seed(0)
+    pw = lambda: af.PassWeights(*(torch.randn(*s, generator=g) for s in ((64,), (64,), (192, 64), (64, 64), (64,))))
+    w = af.AxialWeights.create(pw(), pw(), 4)
+    x = torch.randn(1, 3, 5, 64, generator=g)
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        y = af.axial_attention(x, w)
+    ref = af.reference.reference_axial_attention(x, w)
+    try:
+        af.axial_attention(x, w, strict=True)
+        strict = None
+    except af.FusedUnavailableError as e:
+        strict = str(e)
+    print(json.dumps({"error": af._ext.error, "strict": strict, "matches_reference": bool(torch.equal(y, ref))}))
+"""
+
+
+def _simulate(build_info: dict | None, load_error: str | None) -> dict:
+    p = _run(_SIMULATE, json.dumps({"build_info": build_info, "load_error": load_error}))
+    assert p.returncode == 0, p.stderr
+    res = json.loads(p.stdout.strip().splitlines()[-1])
+    assert res["matches_reference"], "the reference path did not serve the call"
+    assert res["strict"] is not None and res["error"] in res["strict"], "strict=True did not raise the load error"
+    return res
+
+
+def _record(torch_version: str, cuda_version: str | None = None, no_cuda: bool = False) -> dict:
+    return dict(torch_version=torch_version, cuda_version=cuda_version or torch.version.cuda or "12.8",
+                python_version="3.12", archs="80;90a", specs="default", no_cuda=no_cuda)
+
+
+def _advice() -> str:
+    if torch.version.cuda is None:
+        return "a CUDA build of torch"
+    return f"+{local_tag(torch.__version__, torch.version.cuda)}"
+
+
+def test_binary_for_another_torch_is_refused_before_loading():
+    """The record says torch 2.99: the binary is not even loaded (FailingC asserts that); the message
+    names both versions and the wheel to install."""
+    err = _simulate(_record("2.99.0+cu999"), load_error=None)["error"]
+    assert "built for torch 2.99.0+cu999" in err and f"torch {torch.__version__}" in err and "is running" in err
+    assert _advice() in err
+
+
+def test_undefined_symbol_without_build_record_names_running_torch():
+    err = _simulate(None, load_error=UNDEFINED)["error"]
+    assert "undefined symbol" in err and f"running torch {torch.__version__}" in err
+    assert "built for another torch" in err and _advice() in err
+
+
+def test_undefined_symbol_with_matching_record_says_build_is_broken():
+    rec = _record(torch.__version__, torch.version.cuda or "12.8")
+    if torch.version.cuda is None:
+        pytest.skip("a CPU-only torch never matches a CUDA build record")
+    err = _simulate(rec, load_error=UNDEFINED)["error"]
+    assert "matches the running torch, yet does not load" in err and "undefined symbol" in err
+
+
+def test_no_cuda_build_says_reference_only():
+    err = _simulate(_record("", no_cuda=True), load_error=None)["error"]
+    assert "AXIAL_FUSED_NO_CUDA=1" in err and "only the reference path works" in err
+
+
+def test_arch_message_names_gpu_arch_and_compiled_archs():
+    msg = _ext.arch_message("NVIDIA L4", (8, 9), "80;90a", "no kernel image is available for execution")
+    assert "sm_89" in msg and "(80;90a)" in msg and "no kernel image" in msg
+    assert "AXIAL_FUSED_ARCHS" in msg and "wheel built for sm_89" in msg
+
+
+# ---- source builds without a CUDA toolkit (need the source tree and setuptools) -----------------
+
+def _source_copy(tmp_path: Path) -> Path:
+    if not (ROOT / "setup.py").exists():
+        pytest.skip("not run from a source tree")
+    setuptools = pytest.importorskip("setuptools")
+    if int(setuptools.__version__.split(".")[0]) < 77:
+        pytest.skip(f"a source build needs setuptools>=77 (pyproject.toml), this is {setuptools.__version__}")
+    dst = tmp_path / "src_tree"
+    shutil.copytree(ROOT, dst, ignore=shutil.ignore_patterns(
+        ".git", ".venv*", "build", "dist", "kernels", "*.so", "_build_info.py", "__pycache__", "*.egg-info",
+        "tests", "docs", ".pytest_cache"))
+    return dst
+
+
+def _pip_wheel(src: Path, out: Path, **env) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, "CUDA_HOME": "/nonexistent-cuda", **env}  # torch takes CUDA_HOME as given
+    return subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-build-isolation", "--no-deps",
+                           "-w", str(out), str(src)], capture_output=True, text=True, timeout=600, env=full_env)
+
+
+def test_source_build_without_toolkit_stops_with_clear_message(tmp_path):
+    p = _pip_wheel(_source_copy(tmp_path), tmp_path / "wheels")
+    assert p.returncode != 0, "a build without a CUDA toolkit must not produce a package"
+    text = p.stdout + p.stderr
+    assert "cannot build the CUDA extension" in text
+    assert "no CUDA toolkit found" in text or "CPU-only build" in text
+    assert "AXIAL_FUSED_NO_CUDA=1" in text and "Prebuilt wheels" in text
+    assert not list(tmp_path.glob("wheels/*.whl"))
+
+
+def test_no_cuda_opt_in_builds_a_reference_only_package(tmp_path):
+    p = _pip_wheel(_source_copy(tmp_path), tmp_path / "wheels", AXIAL_FUSED_NO_CUDA="1")
+    assert p.returncode == 0, p.stdout + p.stderr
+    (wheel,) = (tmp_path / "wheels").glob("*.whl")
+    assert wheel.name == f"axial_fused-{af.__version__}+nocuda-py3-none-any.whl"
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)],
+                   check=True, capture_output=True, timeout=300)
+    code = """
+        import axial_fused as af, torch
+        assert af._ext.C is None
+        print(af._ext.error)
+    """
+    q = _run(code, env={**os.environ, "PYTHONPATH": str(target)})
+    assert q.returncode == 0, q.stderr
+    assert "built without the CUDA extension (AXIAL_FUSED_NO_CUDA=1)" in q.stdout
