@@ -540,7 +540,7 @@ __global__ void __launch_bounds__(256) ln_qkv_sm90_kernel(const __grid_constant_
 // runs on wgmma, with the weight streamed through the k/v region (wg_gemm, 3 stages).
 template <class Tr, bool SM90>
 struct AttnOutLayout {
-  static constexpr int OWGN = Tr::THREADS / 128;           // warpgroups (1 or 2), side by side along N
+  static constexpr int OWGN = Tr::THREADS >= 256 ? 2 : 1;  // warpgroups (1 or 2), side by side along N (Hopper)
   static constexpr int OBNW = (Tr::D % 128 == 0 ? 128 : 64) / OWGN;  // columns per warpgroup and weight chunk
   static constexpr size_t O_STAGE = size_t(OWGN) * OBNW * 128, O_STAGES = 3 * O_STAGE;
   // Weight stages of the output projection: 3, or as many (up to 6) as the k/v region already holds
