@@ -4,9 +4,10 @@ Each configuration is drawn from its own generator seeded by (--seed, index), so
 alone (the reproducer printed for a failure does exactly that). A configuration is a dtype and a
 compiled (dim, heads), B, H, W, eps, the call (both passes, or one pass along either axis), the layout
 of x (contiguous, a slice of a larger tensor, H and W transposed, an expanded batch, a channel slice,
-a pointer offset by 2 elements), the scale and shift of x, the scales of the weights, the kernel path
+a pointer offset by 2 elements; a pointer offset by 1 element or an odd token stride, which the op
+copies once), the scale and shift of x, the scales of the weights, the kernel path
 (automatic, forced fused, forced two-kernel) and, for float32, TF32 on or off. About one in ten draws
-is unsupported on purpose (an uncompiled (dim, heads), float64, a misaligned or odd-strided x): then
+is unsupported on purpose (an uncompiled (dim, heads), or float64): then
 ``fallback_reason`` must say why, ``strict=True`` must raise and the fallback must be correct.
 
 GPU (default when CUDA is present): strict fused calls checked by tests/test_gpu.py's ``check`` (NaN-
@@ -38,8 +39,11 @@ from helpers import attention64, make_weights, pass64, rand_x, rel_err, to64  # 
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 SPECIAL_LENGTHS = [1, 2, 7, 31, 32, 33, 63, 64, 65, 100, 127, 128, 129, 255, 256, 257, 511, 512, 1000, 1024]
-LAYOUTS = ["contiguous", "contiguous", "slice", "transpose", "expand", "channel_slice", "offset2"]
-UNSUPPORTED = ["uncompiled", "float64", "misaligned", "odd_stride"]
+# "misaligned" and "odd_stride" are layouts the kernels cannot read in place: the op copies them once
+# and still runs fused (docs/errors.md rows 19-20).
+LAYOUTS = ["contiguous", "contiguous", "slice", "transpose", "expand", "channel_slice", "offset2", "misaligned",
+           "odd_stride"]
+UNSUPPORTED = ["uncompiled", "float64"]
 CPU_TOL = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 6e-2, torch.float64: 1e-10}
 
 
@@ -70,10 +74,8 @@ def draw(seed: int, index: int, max_elems: int, specs: list[tuple[str, int, int]
         if kind == "uncompiled":  # a (dim, heads) the reference serves but no kernel was built for
             cfg["dim"], cfg["heads"] = next((d, h) for d, h in [(64, 2), (96, 3), (128, 2), (192, 3), (320, 5)]
                                             if (cfg["dtype"], d, h) not in set(specs))
-        elif kind == "float64":
-            cfg["dtype"] = "float64"
         else:
-            cfg["layout"] = kind
+            cfg["dtype"] = "float64"
     esz = 8 if cfg["dtype"] == "float64" else DTYPES[cfg["dtype"]].itemsize
     if cfg["path"] == "fused" and (cfg["dim"] * esz > 512 or max(H, W) > 64):
         cfg["path"] = "auto"  # a forced fused block must fit in shared memory

@@ -22,7 +22,8 @@ stage() {  # name limit_s command...
   echo "${summary[-1]}"
 }
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
-stage robust_gpu 200 python3 -m pytest -q -p no:cacheprovider tests/test_robust_gpu.py
+# HARDEN_SKIP_PYTEST=1: skip stage 1 when the same tests already ran (e.g. in scripts/device_wheel.sh).
+[[ ${HARDEN_SKIP_PYTEST:-0} == 1 ]] || stage robust_gpu 200 python3 -m pytest -q -p no:cacheprovider tests/test_robust_gpu.py
 stage fuzz 120 python3 scripts/fuzz.py --n 500 --seed 0
 stage soak 90 python3 scripts/soak.py
 left=$(( budget - ($(date +%s) - t0) ))
