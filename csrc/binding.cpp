@@ -313,9 +313,12 @@ at::Tensor reference_pass(const at::Tensor& x, const PassWeights& w, int64_t hea
 
 bool grad_required(const at::Tensor& x, std::initializer_list<const PassWeights*> passes) {
   if (!at::GradMode::is_enabled()) return false;
-  bool any = x.requires_grad();
+  // A missing (None) tensor is undefined: asking it requires_grad() would dereference nothing. The
+  // kernel below reports it by name.
+  bool any = x.defined() && x.requires_grad();
   for (const PassWeights* w : passes)
-    for (const at::Tensor* t : {&w->norm_w, &w->norm_b, &w->qkv_w, &w->out_w, &w->out_b}) any |= t->requires_grad();
+    for (const at::Tensor* t : {&w->norm_w, &w->norm_b, &w->qkv_w, &w->out_w, &w->out_b})
+      any |= t->defined() && t->requires_grad();
   return any;
 }
 
