@@ -71,11 +71,24 @@ cd "$WORK/run"
 
 # 4. the tests against the installed wheel (AXIAL_FUSED_EXPECT_EXT=1: a binary that fails to load fails)
 start=$(date +%s)
-AXIAL_FUSED_EXPECT_EXT=1 timeout 420 "$WORK/venv/bin/python" -m pytest -q -p no:cacheprovider --maxfail=30 \
-  "$ROOT/tests" "$@" > "$OUT/pytest.log" 2>&1
-test_rc=$?
-tail -25 "$OUT/pytest.log"
-summary "tests (installed wheel, run from $WORK/run): rc=$test_rc in $(( $(date +%s) - start )) s: $(tail -1 "$OUT/pytest.log")"
+if [[ -n ${TEST_FILES:-} ]]; then
+  # One pytest process per file, in the given order (a crash in one file does not hide the others),
+  # none started after TEST_DEADLINE seconds.
+  test_rc=0
+  for f in $TEST_FILES; do
+    (( $(date +%s) - start < ${TEST_DEADLINE:-400} )) || { summary "tests $f: not started (deadline)"; test_rc=1; continue; }
+    AXIAL_FUSED_EXPECT_EXT=1 timeout 300 "$WORK/venv/bin/python" -m pytest -q -p no:cacheprovider --maxfail=30 \
+      "$ROOT/tests/$f" "$@" > "$OUT/pytest-$f.log" 2>&1
+    rc=$?; (( rc == 0 )) || test_rc=$rc
+    summary "tests $f (installed wheel): rc=$rc at $(( $(date +%s) - start )) s: $(grep -E "passed|failed|Fatal" "$OUT/pytest-$f.log" | tail -1)"
+  done
+else
+  AXIAL_FUSED_EXPECT_EXT=1 timeout 420 "$WORK/venv/bin/python" -m pytest -q -p no:cacheprovider --maxfail=30 \
+    "$ROOT/tests" "$@" > "$OUT/pytest.log" 2>&1
+  test_rc=$?
+  tail -25 "$OUT/pytest.log"
+  summary "tests (installed wheel, run from $WORK/run): rc=$test_rc in $(( $(date +%s) - start )) s: $(tail -1 "$OUT/pytest.log")"
+fi
 
 # 5. an arch that was not compiled: a minimal sm_80-only wheel on this GPU (WHEEL_ARCH_CHECK=0 skips it)
 [[ ${WHEEL_ARCH_CHECK:-1} == 1 ]] || { rm -rf "$WORK"; exit $test_rc; }
