@@ -169,9 +169,10 @@ __device__ __forceinline__ uint4 quad_transpose(const float (&acc)[R], int jb, i
 //      rows x 64 columns through S >= 3 shared stages at `ws` (each CN x 64, SW128; 1024-aligned).
 // Warpgroup wg computes rows [64 (wg % WGM), +64) and chunk columns [BNW (wg / WGM), +BNW).
 // epi(row, col, y[row][col], y[row][col+1]) receives every pair; with VEC8, epi(row, col, uint4)
-// receives 8 consecutive outputs (col a multiple of 8) rounded to T, for 16-byte stores. Stage `it` of the stream is
-// refilled two iterations after its use, so two chunks are in flight while one is multiplied and
-// the next wgmma overlaps the barrier. prologue() runs once the first S - 2 chunks are requested
+// receives 8 consecutive outputs (col a multiple of 8) rounded to T, for 16-byte stores.
+// Pipeline: one wgmma group stays in flight across each barrier (wait_group 1), so a stage is
+// refilled two iterations after its use; S - 2 chunks are in flight while one is multiplied.
+// prologue() runs once the first S - 2 chunks are requested
 // (their cp.async groups are the newest S - 2); A must be written and fenced (fence_proxy_async)
 // by the end of it. Ends with all wgmma done; `ws` is free once the caller synchronises.
 template <class T, int WGM, int WGN, int BNW, int N, int K, int S, bool VEC8 = false, class Epi, class Prologue>
