@@ -20,6 +20,17 @@ from axial_fused import _ext
 from axial_fused import functional as F_
 from helpers import attention64, make_weights, rand_x, rel_err, to64
 
+
+def assert_same_grads(out, model, ref, x, tol):
+    """Gradients of `out` (our module's output) w.r.t. x and the parameters equal the reference
+    model's, for one random upstream gradient."""
+    g = torch.randn_like(out)
+    grads = torch.autograd.grad(out, [x, *model.parameters()], g)
+    ref_grads = torch.autograd.grad(ref(x), [x, *ref.parameters()], g)
+    for a, b in zip(grads, ref_grads):
+        assert rel_err(a, b) < tol
+
+
 needs_ext = pytest.mark.skipif(_ext.C is None, reason=f"extension not built: {_ext.error}")
 _no_gpu = pytest.mark.skipif(not torch.cuda.is_available() or _ext.C is None,
                              reason="needs a CUDA device and the compiled extension")
@@ -129,11 +140,7 @@ def test_module_gradients_match_reference_model_float64():
         warnings.simplefilter("ignore", af.FusedFallbackWarning)
         assert torch.autograd.gradcheck(model, (x,), eps=1e-6, atol=1e-5)
         out = model(x)
-    g = torch.randn_like(out)
-    grads = torch.autograd.grad(out, [x, *model.parameters()], g)
-    ref_grads = torch.autograd.grad(ref(x), [x, *ref.parameters()], g)
-    for a, b in zip(grads, ref_grads):
-        assert rel_err(a, b) < 1e-12
+    assert_same_grads(out, model, ref, x, 1e-12)
 
 
 # ---- CPU: compile and export of the reference path ------------------------------------------------
@@ -434,11 +441,7 @@ def test_autograd_takes_reference_inference_takes_fused():
     F_._warned.clear()  # the warning is once per reason per process
     with pytest.warns(af.FusedFallbackWarning, match="gradients are required"):
         out = model(x)
-    g = torch.randn_like(out)
-    grads = torch.autograd.grad(out, [x, *model.parameters()], g)
-    ref_grads = torch.autograd.grad(ref(x), [x, *ref.parameters()], g)
-    for a, b in zip(grads, ref_grads):
-        assert rel_err(a, b) < 1e-5
+    assert_same_grads(out, model, ref, x, 1e-5)
     model.strict = True
     for mode in (torch.no_grad, torch.inference_mode):
         with mode(), OpLog() as log:
