@@ -6,6 +6,8 @@
 #   5.   a GPU arch that was not compiled: a minimal wheel for sm_80 only, on this GPU, must report
 #        the arch mismatch (fallback_reason, axial_fused.info, strict=True raises it).
 # Usage (device tool, repo root):  bash scripts/device_wheel.sh [pytest args...]
+# Env: TEST_FILES="a.py b.py" (one pytest per file, TEST_DEADLINE s), WHEEL_ARCH_CHECK=0 (skip step 5),
+#      DIAG=1 (run scripts/diag_errors.py against the wheel), AXIAL_FUSED_SPECS (default set).
 # Logs under $OUT (./device_out when unset); summary.txt there, and the last lines printed.
 set -uo pipefail
 OUT=${OUT:-$PWD/device_out}; mkdir -p "$OUT"
@@ -68,6 +70,10 @@ summary "wheel: $(basename "$wheel"), $(du -k "$wheel" | cut -f1) KiB ($(du -h "
 fresh_venv "$WORK/venv" "$wheel"
 cd "$WORK/run"
 "$WORK/venv/bin/python" -m axial_fused.info 2>&1 | tee "$OUT/info.log"
+if [[ ${DIAG:-0} == 1 ]]; then  # each bad op call in its own process: how it ends (raise or crash)
+  "$WORK/venv/bin/python" "$ROOT/scripts/diag_errors.py" --gdb > "$OUT/diag_errors.log" 2>&1
+  summary "diag_errors (installed wheel): rc=$?"; head -60 "$OUT/diag_errors.log"
+fi
 
 # 4. the tests against the installed wheel (AXIAL_FUSED_EXPECT_EXT=1: a binary that fails to load fails)
 start=$(date +%s)
