@@ -101,6 +101,11 @@ def cuda_extension(torch):
         f'-DAXIAL_FUSED_SPECS_OPTION="{os.environ.get("AXIAL_FUSED_SPECS", "default")}"',
     ]
     gencode = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs]
+    # Link the C++ runtime as a shared library, ahead of anything the compiler driver adds. A g++
+    # that links libstdc++ statically (a wrapper passing -static-libstdc++, as on our GPU machine)
+    # gives the extension a private copy whose iostreams do not share PyTorch's locale: formatting an
+    # integer into an error message (c10::str) then printed nothing, or crashed the process.
+    link = ["-lstdc++"] if sys.platform.startswith("linux") else []
     return CUDAExtension(
         name="axial_fused._C",
         sources=["csrc/binding.cpp"] + kernel_files,
@@ -110,6 +115,7 @@ def cuda_extension(torch):
             "nvcc": ["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-Xptxas=--warn-on-spills",
                      "-lineinfo"] + gencode + defines,
         },
+        extra_link_args=link,
     )
 
 

@@ -127,15 +127,18 @@ struct PassWeights {
   at::Tensor norm_w, norm_b, qkv_w, out_w, out_b;
 };
 
-// The kernels read x in place when its feature stride is 1, its other strides are even and its
-// pointer is aligned to two elements, and they read weights that are contiguous and 16-byte
-// aligned. Any other layout (an odd slice, a transposed weight view) is copied once into a fresh
+// The kernels read x in place when its feature stride is 1, its other strides and its pointer are
+// multiples of 16 bytes (the Hopper LN+QKV kernel loads x rows with 16-byte cp.async, which silently
+// rounds a misaligned address down: a pointer 4 bytes past a 16-byte boundary read the wrong tokens),
+// and they read weights that are contiguous and 16-byte aligned. Any other layout (an odd slice, a
+// view a few elements into a buffer, a transposed weight view) is copied once into a fresh
 // caching-allocator block, which meets both. Doing this here rather than falling back in Python
 // keeps the Python decision free of data_ptr() reads, which torch.compile / torch.export cannot
 // make on fake tensors, and one copy is far cheaper than the reference path.
 bool readable_in_place(const at::Tensor& x) {
-  return x.stride(3) == 1 && x.stride(0) % 2 == 0 && x.stride(1) % 2 == 0 && x.stride(2) % 2 == 0 &&
-         reinterpret_cast<uintptr_t>(x.data_ptr()) % (2 * x.element_size()) == 0;
+  const int64_t es = x.element_size();
+  return x.stride(3) == 1 && (x.stride(0) * es) % 16 == 0 && (x.stride(1) * es) % 16 == 0 &&
+         (x.stride(2) * es) % 16 == 0 && reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0;
 }
 
 at::Tensor packed_x(const at::Tensor& x) {

@@ -2,7 +2,7 @@
 
 A diagnostic for exceptions thrown inside the op's C++ code: each case runs in a fresh interpreter
 (with faulthandler on), so a crash shows as a signal and a Python traceback instead of killing the
-caller. Usage: python scripts/diag_errors.py [--gdb]   (imports axial_fused from the environment).
+caller. Usage: python scripts/diag_errors.py [--gdb] [case ...]   (imports axial_fused from the environment).
 """
 import os
 import shutil
@@ -26,6 +26,8 @@ CASES = {
                                "torch.ops.axial_fused.axial_pass(x[0], *ws, H, 0, 1e-5)"),
     "value_error_meta_axis": ("x, ws = meta()\n"
                               "torch.ops.axial_fused.axial_pass(x, *ws, H, 2, 1e-5)"),
+    "value_error_meta_device_mix": ("x, ws = meta()\n"
+                                    "torch.ops.axial_fused.axial_pass(x, torch.empty(D, dtype=x.dtype), *ws[1:], H, 0, 1e-5)"),
     "value_error_cpu_axis": ("x, ws = meta(dev='cpu')\n"
                              "torch.ops.axial_fused.axial_pass(x, *ws, H, 2, 1e-5)"),
     "runtime_error_generic": ("x, ws = meta(dev='cpu')\n"
@@ -36,8 +38,11 @@ CASES = {
 
 def main():
     use_gdb = "--gdb" in sys.argv and shutil.which("gdb")
+    only = [a for a in sys.argv[1:] if not a.startswith("--")]  # case names to run (default: all)
     worst = 0
     for name, body in CASES.items():
+        if only and name not in only:
+            continue
         code = PRELUDE + "try:\n" + "".join("    " + ln + "\n" for ln in body.splitlines()) + \
             "except Exception as e:\n    print('RAISED', type(e).__name__, str(e).splitlines()[0][:160])\n" \
             "else:\n    print('NO ERROR')\n"

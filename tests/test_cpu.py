@@ -124,6 +124,14 @@ def test_fallback_reasons_on_cpu():
     assert reason is not None and ("cpu" in reason or "extension" in reason)
     w64 = make_weights(64, 4, torch.float64)
     assert af.fallback_reason(x.double(), w64) is not None
+    # For one pass (axial_pass) the heads pick the kernel: a PassWeights needs num_heads.
+    assert "cpu" in af.fallback_reason(x, w.row, num_heads=4, axis="col") or _ext.C is None
+    with pytest.raises(TypeError, match="num_heads is required when weights is a PassWeights"):
+        af.fallback_reason(x, w.row, axis="row")
+    with pytest.raises(ValueError, match="not divisible by num_heads = 5"):
+        af.fallback_reason(x, w.row, num_heads=5)
+    with pytest.raises(ValueError, match="axis must be 'row' or 'col', got 'diag'"):
+        af.fallback_reason(x, w.row, num_heads=4, axis="diag")
 
 
 def test_fallback_warns_once_and_strict_raises():

@@ -46,6 +46,20 @@ def test_extension_loads_where_it_was_built():
     assert _ext.build_info is not None and _ext.build_info.torch_version == torch.__version__
 
 
+@pytest.mark.skipif(_ext.C is None or not sys.platform.startswith("linux") or shutil.which("readelf") is None,
+                    reason="needs the compiled extension, Linux and readelf")
+def test_extension_uses_the_shared_cxx_runtime():
+    """The extension needs libstdc++.so and carries no private copy of it: a statically linked copy
+    (a g++ wrapper adding -static-libstdc++) broke integer formatting in error messages, and crashed
+    the process on the H200 (setup.py links -lstdc++ first)."""
+    so = _ext.C.__file__
+    dyn = subprocess.run(["readelf", "-dW", so], capture_output=True, text=True, check=True).stdout
+    assert "libstdc++.so" in dyn, f"{so} does not link libstdc++ dynamically:\n{dyn}"
+    syms = subprocess.run(["readelf", "-sW", so], capture_output=True, text=True, check=True).stdout
+    own = [ln for ln in syms.splitlines() if "_ZNSo9_M_insertIlEERSoT_" in ln and " UND " not in ln]
+    assert not own, f"{so} defines its own std::ostream::_M_insert<long> (a static libstdc++): {own}"
+
+
 def test_info_reports_versions_archs_and_gpu():
     p = subprocess.run([sys.executable, "-m", "axial_fused.info"], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr

@@ -218,16 +218,27 @@ def _smem_reason(device: int, dtype: str, dim: int, num_heads: int | None) -> st
     return f"dim {dim} in {dtype} needs more shared memory per block than {torch.cuda.get_device_name(device)} offers"
 
 
-def fallback_reason(x: torch.Tensor, weights, *, axis: str | None = None) -> str | None:
+def fallback_reason(x: torch.Tensor, weights, *, num_heads: int | None = None,
+                    axis: str | None = None) -> str | None:
     """Why a call with these arguments would not take the fused path, or None if it would.
 
-    ``weights``: an :class:`AxialWeights`, or a :class:`PassWeights` with ``axis`` given (for
-    :func:`axial_pass`, whose ``num_heads`` then comes from the keyword form of that call and is not
-    needed here). Inputs that are invalid raise, as the call would."""
-    passes = [weights.row, weights.col] if isinstance(weights, AxialWeights) else [_as_pass(weights, "weights")]
+    ``weights``: an :class:`AxialWeights` (for :func:`axial_attention`), or a :class:`PassWeights`
+    with ``num_heads`` given (for :func:`axial_pass`; ``axis`` may be given and is checked). Inputs
+    that are invalid raise, as the call would."""
+    if isinstance(weights, AxialWeights):
+        passes, heads = [weights.row, weights.col], weights.num_heads
+    else:
+        passes = [_as_pass(weights, "weights")]
+        if num_heads is None:
+            raise TypeError("fallback_reason: num_heads is required when weights is a PassWeights "
+                            "(the compiled kernels are chosen by (dtype, dim, heads))")
+        heads = num_heads
+    if axis is not None and axis not in ("row", "col"):
+        raise ValueError(f"axis must be 'row' or 'col', got {axis!r}")
     dim = _check_pass(passes[0], "weights")
+    _check_heads(heads, dim)
     _check_x(x, dim, passes[0].norm_weight)
-    return _reason(x, passes, dim, weights.num_heads if isinstance(weights, AxialWeights) else None)
+    return _reason(x, passes, dim, heads)
 
 
 def _reason(x: torch.Tensor, passes, dim: int, num_heads: int | None) -> str | None:

@@ -29,8 +29,12 @@ def reference_pass(x: torch.Tensor, norm_weight, norm_bias, qkv_weight, out_weig
     qkv = F.linear(h, qkv_weight)                                   # [B, S, L, 3D]
     qkv = qkv.reshape(B * S, L, 3, num_heads, hd).permute(2, 0, 3, 1, 4)  # [3, B*S, heads, L, hd]
     q, k, v = qkv[0], qkv[1], qkv[2]
-    if attention == "sdpa":
+    if attention == "sdpa" and q.numel() > 0:
         o = F.scaled_dot_product_attention(q, k, v)
+    elif attention == "sdpa":
+        # Empty input: torch 2.11's CUDA SDPA returns None for a batch of zero sequences in 16-bit
+        # dtypes; the explicit form below gives the empty result (and its autograd graph).
+        o = q @ k.transpose(-1, -2) @ v
     elif attention == "explicit":
         o = torch.softmax((q @ k.transpose(-1, -2)) / math.sqrt(hd), dim=-1) @ v
     else:
