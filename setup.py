@@ -17,6 +17,8 @@ An sdist needs neither torch nor CUDA.
 """
 import importlib.util
 import os
+import shlex
+import subprocess
 import sys
 from pathlib import Path
 
@@ -101,11 +103,7 @@ def cuda_extension(torch):
         f'-DAXIAL_FUSED_SPECS_OPTION="{os.environ.get("AXIAL_FUSED_SPECS", "default")}"',
     ]
     gencode = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs]
-    # Link the C++ runtime as a shared library, ahead of anything the compiler driver adds. A g++
-    # that links libstdc++ statically (a wrapper passing -static-libstdc++, as on our GPU machine)
-    # gives the extension a private copy whose iostreams do not share PyTorch's locale: formatting an
-    # integer into an error message (c10::str) then printed nothing, or crashed the process.
-    link = ["-lstdc++"] if sys.platform.startswith("linux") else []
+    link = _shared_cxx_runtime()
     return CUDAExtension(
         name="axial_fused._C",
         sources=["csrc/binding.cpp"] + kernel_files,
@@ -117,6 +115,25 @@ def cuda_extension(torch):
         },
         extra_link_args=link,
     )
+
+
+def _shared_cxx_runtime() -> list[str]:
+    """Link flags that make the extension use the shared libstdc++.so.6 (the one PyTorch uses).
+
+    A g++ whose own library folder holds only libstdc++.a (our GPU machine's /opt/gcc wrapper adds
+    such a folder with -B) links the C++ runtime statically even for a plain -lstdc++. The private
+    copy's iostreams do not share PyTorch's locale: an integer formatted into an error message
+    (c10::str) printed nothing here and crashed the process there. -l:libstdc++.so.6 names the shared
+    library itself, wherever the compiler finds it."""
+    if not sys.platform.startswith("linux"):
+        return []
+    cxx = shlex.split(os.environ.get("CXX", "c++"))
+    try:
+        found = subprocess.run(cxx + ["-print-file-name=libstdc++.so.6"], capture_output=True, text=True,
+                               timeout=60).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        found = ""
+    return ["-l:libstdc++.so.6"] if os.path.isabs(found) and os.path.exists(found) else ["-lstdc++"]
 
 
 def build_plan():

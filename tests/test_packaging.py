@@ -51,7 +51,7 @@ def test_extension_loads_where_it_was_built():
 def test_extension_uses_the_shared_cxx_runtime():
     """The extension needs libstdc++.so and carries no private copy of it: a statically linked copy
     (a g++ wrapper adding -static-libstdc++) broke integer formatting in error messages, and crashed
-    the process on the H200 (setup.py links -lstdc++ first)."""
+    the process on the H200 (setup.py links -l:libstdc++.so.6; see _shared_cxx_runtime)."""
     so = _ext.C.__file__
     dyn = subprocess.run(["readelf", "-dW", so], capture_output=True, text=True, check=True).stdout
     assert "libstdc++.so" in dyn, f"{so} does not link libstdc++ dynamically:\n{dyn}"
@@ -215,3 +215,54 @@ def test_no_cuda_opt_in_builds_a_reference_only_package(tmp_path):
     q = _run(code, env={**os.environ, "PYTHONPATH": str(target)})
     assert q.returncode == 0, q.stderr
     assert "built without the CUDA extension (AXIAL_FUSED_NO_CUDA=1)" in q.stdout
+
+
+# ---- the C++ runtime behind a compiler that only has the static libstdc++ at hand ----------------
+
+def _setup_module():
+    import importlib.util
+    if not (ROOT / "setup.py").exists():
+        pytest.skip("not run from a source tree")
+    spec = importlib.util.spec_from_file_location("axial_fused_setup", ROOT / "setup.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)  # defines functions only; main() runs under __main__
+    return mod
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or not shutil.which("g++") or not shutil.which("readelf"),
+                    reason="needs Linux, g++ and readelf")
+def test_link_flags_keep_libstdcxx_shared_behind_a_static_only_folder(tmp_path):
+    """The GPU machine's g++ is a wrapper that adds `-B <folder holding libstdc++.a only>`: a plain
+    -lstdc++ then links the C++ runtime statically (the crash of session 3). Rebuild that situation
+    with the local g++ and check the flags setup.py chooses keep libstdc++.so.6 as a dependency."""
+    static = subprocess.run(["g++", "-print-file-name=libstdc++.a"], capture_output=True, text=True).stdout.strip()
+    if not os.path.isabs(static):
+        pytest.skip("this g++ has no libstdc++.a")
+    folder = tmp_path / "gcc_lib"
+    folder.mkdir()
+    shutil.copy(static, folder / "libstdc++.a")
+    wrapper = tmp_path / "g++"
+    wrapper.write_text(f'#!/bin/sh\nexec g++ -B{folder}/ "$@"\n')
+    wrapper.chmod(0o755)
+    src = tmp_path / "fmt.cpp"
+    src.write_text('#include <sstream>\n#include <string>\n'
+                   'std::string fmt(long v) { std::ostringstream s; s << v; return s.str(); }\n')
+
+    def link(flags):
+        so = tmp_path / f"lib{len(flags)}.so"
+        subprocess.run([str(wrapper), "-shared", "-fPIC", str(src), "-o", str(so), *flags], check=True,
+                       capture_output=True, text=True)
+        needed = "libstdc++.so" in subprocess.run(["readelf", "-dW", str(so)], capture_output=True, text=True).stdout
+        own = [ln for ln in subprocess.run(["readelf", "-sW", str(so)], capture_output=True, text=True).stdout
+               .splitlines() if "_ZNSo9_M_insertIlEERSoT_" in ln and " UND " not in ln]
+        return needed, bool(own)
+
+    assert link(["-lstdc++"]) == (False, True), "the wrapper no longer reproduces the static link"
+    old = os.environ.get("CXX")
+    os.environ["CXX"] = str(wrapper)
+    try:
+        flags = _setup_module()._shared_cxx_runtime()
+    finally:
+        os.environ.pop("CXX") if old is None else os.environ.__setitem__("CXX", old)
+    assert flags == ["-l:libstdc++.so.6"]
+    assert link(flags) == (True, False)
