@@ -72,8 +72,8 @@ def draw(seed: int, index: int, max_elems: int, specs: list[tuple[str, int, int]
         kind = rng.choice(UNSUPPORTED)
         cfg["unsupported"] = kind
         if kind == "uncompiled":  # a (dim, heads) the reference serves but no kernel was built for
-            cfg["dim"], cfg["heads"] = next((d, h) for d, h in [(64, 2), (96, 3), (128, 2), (192, 3), (320, 5)]
-                                            if (cfg["dtype"], d, h) not in set(specs))
+            cfg["dim"], cfg["heads"] = rng.choice([(d, h) for d, h in [(64, 2), (96, 3), (128, 2), (192, 3), (320, 5)]
+                                                   if (cfg["dtype"], d, h) not in set(specs)])
         else:
             cfg["dtype"] = "float64"
     esz = 8 if cfg["dtype"] == "float64" else DTYPES[cfg["dtype"]].itemsize

@@ -16,31 +16,48 @@ CS=$(command -v compute-sanitizer || ls -d ${CUDA_HOME:-/usr/local/cuda}/bin/com
 [[ -x "$CS" ]] || { echo "sanitize: compute-sanitizer not found"; exit 1; }
 # Only our kernels (their mangled names hold the namespace): PyTorch's own copies are not ours to check.
 FILTER=${SANITIZE_FILTER:---kernel-name kns=axial_fused}
-# The fast tools first: with SANITIZE_DEADLINE (epoch seconds) each tool gets an equal share of the time
-# left, so the slow ones (racecheck, initcheck) inherit what the fast ones did not use.
+# SANITIZE_PARALLEL=1 (default): the tools run at once, as separate processes on the one GPU (the
+# slow ones, racecheck and initcheck, are host-bound). With SANITIZE_DEADLINE (epoch seconds) each
+# tool may run until then (in parallel) or gets an equal share of the time left (serially).
 tools=("$@"); [[ ${#tools[@]} -gt 0 ]] || tools=(memcheck synccheck racecheck initcheck)
-status=0
-left_tools=${#tools[@]}
-run_tool() {  # tool filter...
-  local tool=$1; shift
+parallel=${SANITIZE_PARALLEL:-1}
+run_tool() {  # limit tool filter...
+  local limit=$1 tool=$2; shift 2
   # shellcheck disable=SC2068
   timeout "$limit" "$CS" --tool "$tool" $@ --error-exitcode 3 --print-limit 20 \
     python3 scripts/sanitize_driver.py > "$OUT/sanitize-$tool.log" 2>&1
 }
-for tool in "${tools[@]}"; do
+one_tool() {  # tool limit: run it, then write its one-line result to $OUT/sanitize-<tool>.rc
+  local tool=$1 limit=$2 start rc summary
   start=$(date +%s)
-  limit=${SANITIZE_TIMEOUT:-150}
-  if [[ -n ${SANITIZE_DEADLINE:-} ]]; then limit=$(( (SANITIZE_DEADLINE - start) / left_tools )); (( limit >= 30 )) || limit=30; fi
-  left_tools=$(( left_tools - 1 ))
   # shellcheck disable=SC2086
-  run_tool "$tool" $FILTER; rc=$?
+  run_tool "$limit" "$tool" $FILTER; rc=$?
   if ! grep -q "ERROR SUMMARY" "$OUT/sanitize-$tool.log" && grep -qiE "unrecognized|invalid.*option|unknown option" \
       "$OUT/sanitize-$tool.log"; then
     echo "sanitize $tool: this compute-sanitizer rejects '$FILTER'; running without the kernel filter"
-    run_tool "$tool"; rc=$?
+    run_tool "$limit" "$tool"; rc=$?
   fi
   summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitize-$tool.log" | tail -2 | tr '\n' ' ')
-  echo "sanitize $tool: rc=$rc in $(( $(date +%s) - start )) s: ${summary:-no summary (see $OUT/sanitize-$tool.log)}"
+  echo "$rc sanitize $tool: rc=$rc in $(( $(date +%s) - start )) s: ${summary:-no summary (see $OUT/sanitize-$tool.log)}" \
+    > "$OUT/sanitize-$tool.rc"
+}
+limit_for() {  # tools_left
+  local limit=${SANITIZE_TIMEOUT:-150}
+  if [[ -n ${SANITIZE_DEADLINE:-} ]]; then
+    limit=$(( (SANITIZE_DEADLINE - $(date +%s)) / ($parallel == 1 ? 1 : $1) )); (( limit >= 30 )) || limit=30
+  fi
+  echo "$limit"
+}
+left=${#tools[@]}
+for tool in "${tools[@]}"; do
+  if [[ $parallel == 1 ]]; then one_tool "$tool" "$(limit_for 1)" & else one_tool "$tool" "$(limit_for $left)"; fi
+  left=$(( left - 1 ))
+done
+wait
+status=0
+for tool in "${tools[@]}"; do
+  read -r rc line < "$OUT/sanitize-$tool.rc"
+  echo "$line"
   [[ $rc == 0 ]] || { status=1; tail -5 "$OUT/sanitize-$tool.log"; }
 done
 exit $status

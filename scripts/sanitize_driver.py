@@ -48,8 +48,11 @@ def main() -> int:
                             out = af.axial_attention(x, w, strict=True)
                         torch.cuda.synchronize()
                         calls += 1
+                        # The buffers' addresses, to match a report's "Address 0x..." with a tensor.
                         print(f"{dt} dim {dim} heads {heads} x {tuple(x.shape)} path {path} tf32 {allow_tf32}: "
-                              f"finite {bool(torch.isfinite(out).all())}", flush=True)
+                              f"finite {bool(torch.isfinite(out).all())}; x at {x.data_ptr():#x}, out at "
+                              f"{out.data_ptr():#x}, row weights at "
+                              f"{', '.join(f'{t.data_ptr():#x}' for t in w.row)}", flush=True)
     _ext.C.set_path_override(-1)
     print(f"sanitize driver: {calls} calls")
     return 0 if calls else 1
