@@ -309,7 +309,12 @@ at::Tensor reference_pass(const at::Tensor& x, const PassWeights& w, int64_t hea
   const c10::SymInt B = xs.sym_size(0), S = xs.sym_size(1), L = xs.sym_size(2), D = xs.sym_size(3);
   const at::Tensor h = at::layer_norm_symint(xs, {D}, w.norm_w, w.norm_b, eps);
   const at::Tensor qkv = at::linear(h, w.qkv_w).reshape_symint({B * S, L, 3, heads, D / heads}).permute({2, 0, 3, 1, 4});
-  const at::Tensor o = at::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2]).transpose(1, 2).reshape_symint({B, S, L, D});
+  const at::Tensor q = qkv[0], k = qkv[1], v = qkv[2];
+  // No sequences: torch 2.11's CUDA SDPA returns an undefined tensor for them in 16-bit dtypes, so
+  // the empty product (and its autograd graph) comes from plain matmuls.
+  const at::Tensor attn = q.sym_numel() == 0 ? at::matmul(at::matmul(q, k.transpose(-2, -1)), v)
+                                             : at::scaled_dot_product_attention(q, k, v);
+  const at::Tensor o = attn.transpose(1, 2).reshape_symint({B, S, L, D});
   const at::Tensor out = xs + at::linear(o, w.out_w, w.out_b);
   return (axis == 0 ? out : out.transpose(1, 2)).contiguous();
 }

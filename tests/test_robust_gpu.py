@@ -172,6 +172,11 @@ def test_empty_batch_on_the_reference_path(dt):
         assert run(x, w, strict=False).shape == x.shape
         assert run(x, w, fn="pass", axis="col", strict=False).shape == x.shape
     assert af.reference.reference_axial_attention(x, w).shape == x.shape
+    # The op's Autograd kernel (grad required) computes the same math in ATen: empty too, and trains.
+    xg = x.clone().requires_grad_()
+    y = torch.ops.axial_fused.axial_attention(xg, *w.row, *w.col, heads, w.eps)
+    y.sum().backward()
+    assert y.shape == x.shape and xg.grad.shape == x.shape
 
 
 def test_empty_batch_through_op():
