@@ -106,6 +106,18 @@ Plan plan_pass(const SpecInfo* spec, int64_t num_seq, int len, int math, int dev
   return {kPathTwoKernel, 1};
 }
 
+// The checks every entry point makes first (the meta, CUDA and autograd kernels alike).
+void check_rank(const at::Tensor& x) {
+  TORCH_CHECK_VALUE(x.dim() == 4, "axial_fused: x must be [B, H, W, D], got ", x.dim(), " dimensions");
+}
+void check_axis(int64_t axis) {
+  TORCH_CHECK_VALUE(axis == 0 || axis == 1, "axial_fused: axis must be 0 (row) or 1 (col), got ", axis);
+}
+void check_heads(int64_t D, int64_t num_heads) {
+  TORCH_CHECK_VALUE(num_heads > 0 && D % num_heads == 0, "axial_fused: D = ", D, " is not divisible by num_heads = ",
+                    num_heads);
+}
+
 // The argument checks. check_shapes needs only sizes, dtypes and devices, so the Meta (shape-only)
 // kernels run it too and a bad call fails when traced, not only when it reaches the GPU;
 // check_inputs adds what only the CUDA kernel needs (layout, alignment, a compiled specialization).
@@ -164,12 +176,11 @@ std::string weight_name(size_t pass, size_t num_passes, int field) {
 
 void check_shapes(const at::Tensor& x, int64_t num_heads, double eps, const std::vector<PassWeights>& passes) {
   TORCH_CHECK_VALUE(x.defined(), "axial_fused: x is missing (None)");
-  TORCH_CHECK_VALUE(x.dim() == 4, "axial_fused: x must be [B, H, W, D], got ", x.dim(), " dimensions");
+  check_rank(x);
   TORCH_CHECK_TYPE(dtype_code(x.scalar_type()) >= 0, "axial_fused: x is ", x.scalar_type(),
                    "; supported: float32, float16, bfloat16");
   const int64_t D = x.size(3);
-  TORCH_CHECK_VALUE(num_heads > 0 && D % num_heads == 0, "axial_fused: D = ", D, " is not divisible by num_heads = ",
-                    num_heads);
+  check_heads(D, num_heads);
   TORCH_CHECK_VALUE(std::isfinite(eps) && eps > 0, "axial_fused: eps must be a positive finite number, got ", eps);
   for (size_t i = 0; i < passes.size(); ++i) {
     const PassWeights& pw = passes[i];
@@ -249,7 +260,7 @@ void run_pass(const SpecInfo* spec, const at::Tensor& in, const at::Tensor& out,
 at::Tensor axial_pass_cuda(const at::Tensor& x, const at::Tensor& norm_w, const at::Tensor& norm_b,
                            const at::Tensor& qkv_w, const at::Tensor& out_w, const at::Tensor& out_b, int64_t num_heads,
                            int64_t axis, double eps) {
-  TORCH_CHECK_VALUE(axis == 0 || axis == 1, "axial_fused: axis must be 0 (row) or 1 (col), got ", axis);
+  check_axis(axis);
   const PassWeights w{norm_w, norm_b, qkv_w, out_w, out_b};
   const SpecInfo* spec = check_inputs(x, num_heads, eps, {w});
   const c10::cuda::CUDAGuard guard(x.device());
@@ -281,8 +292,8 @@ bool concrete(std::initializer_list<const at::Tensor*> ts) {
 }
 at::Tensor axial_pass_meta(const at::Tensor& x, const at::Tensor& nw, const at::Tensor& nb, const at::Tensor& qkv,
                            const at::Tensor& ow, const at::Tensor& ob, int64_t num_heads, int64_t axis, double eps) {
-  TORCH_CHECK_VALUE(x.dim() == 4, "axial_fused: x must be [B, H, W, D], got ", x.dim(), " dimensions");
-  TORCH_CHECK_VALUE(axis == 0 || axis == 1, "axial_fused: axis must be 0 (row) or 1 (col), got ", axis);
+  check_rank(x);
+  check_axis(axis);
   if (concrete({&x, &nw, &nb, &qkv, &ow, &ob})) check_shapes(x, num_heads, eps, {PassWeights{nw, nb, qkv, ow, ob}});
   return at::empty_symint(x.sym_sizes(), x.options());
 }
@@ -290,7 +301,7 @@ at::Tensor axial_attention_meta(const at::Tensor& x, const at::Tensor& rnw, cons
                                 const at::Tensor& rqkv, const at::Tensor& row, const at::Tensor& rob,
                                 const at::Tensor& cnw, const at::Tensor& cnb, const at::Tensor& cqkv,
                                 const at::Tensor& cow, const at::Tensor& cob, int64_t num_heads, double eps) {
-  TORCH_CHECK_VALUE(x.dim() == 4, "axial_fused: x must be [B, H, W, D], got ", x.dim(), " dimensions");
+  check_rank(x);
   if (concrete({&x, &rnw, &rnb, &rqkv, &row, &rob, &cnw, &cnb, &cqkv, &cow, &cob}))
     check_shapes(x, num_heads, eps, {PassWeights{rnw, rnb, rqkv, row, rob}, PassWeights{cnw, cnb, cqkv, cow, cob}});
   return at::empty_symint(x.sym_sizes(), x.options());
@@ -302,9 +313,8 @@ at::Tensor axial_attention_meta(const at::Tensor& x, const at::Tensor& rnw, cons
 // axial_fused.reference.reference_pass), so a direct torch.ops call trains correctly on any device;
 // otherwise it hands the call to the kernel below autograd. Returns a contiguous tensor, like the kernel.
 at::Tensor reference_pass(const at::Tensor& x, const PassWeights& w, int64_t heads, int64_t axis, double eps) {
-  TORCH_CHECK_VALUE(x.dim() == 4, "axial_fused: x must be [B, H, W, D], got ", x.dim(), " dimensions");
-  TORCH_CHECK_VALUE(heads > 0 && x.size(3) % heads == 0, "axial_fused: D = ", x.size(3),
-                    " is not divisible by num_heads = ", heads);
+  check_rank(x);
+  check_heads(x.size(3), heads);
   const at::Tensor xs = axis == 0 ? x : x.transpose(1, 2);  // sequences along dim 2
   const c10::SymInt B = xs.sym_size(0), S = xs.sym_size(1), L = xs.sym_size(2), D = xs.sym_size(3);
   const at::Tensor h = at::layer_norm_symint(xs, {D}, w.norm_w, w.norm_b, eps);
@@ -340,7 +350,7 @@ at::Tensor axial_pass_autograd(const at::Tensor& x, const at::Tensor& norm_w, co
                                int64_t num_heads, int64_t axis, double eps) {
   const PassWeights w{norm_w, norm_b, qkv_w, out_w, out_b};
   if (grad_required(x, {&w})) {
-    TORCH_CHECK_VALUE(axis == 0 || axis == 1, "axial_fused: axis must be 0 (row) or 1 (col), got ", axis);
+    check_axis(axis);
     return reference_pass(x, w, num_heads, axis, eps);
   }
   static const auto op = op_handle<decltype(axial_pass_cuda)>("axial_fused::axial_pass");

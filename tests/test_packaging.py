@@ -231,7 +231,7 @@ def _setup_module():
 
 @pytest.mark.skipif(not sys.platform.startswith("linux") or not shutil.which("g++") or not shutil.which("readelf"),
                     reason="needs Linux, g++ and readelf")
-def test_link_flags_keep_libstdcxx_shared_behind_a_static_only_folder(tmp_path):
+def test_link_flags_keep_libstdcxx_shared_behind_a_static_only_folder(tmp_path, monkeypatch):
     """The GPU machine's g++ is a wrapper that adds `-B <folder holding libstdc++.a only>`: a plain
     -lstdc++ then links the C++ runtime statically (the crash of session 3). Rebuild that situation
     with the local g++ and check the flags setup.py chooses keep libstdc++.so.6 as a dependency."""
@@ -249,7 +249,7 @@ def test_link_flags_keep_libstdcxx_shared_behind_a_static_only_folder(tmp_path):
                    'std::string fmt(long v) { std::ostringstream s; s << v; return s.str(); }\n')
 
     def link(flags):
-        so = tmp_path / f"lib{len(flags)}.so"
+        so = tmp_path / ("libfmt_" + "_".join(f.strip("-").replace(":", "").replace("+", "x") for f in flags) + ".so")
         subprocess.run([str(wrapper), "-shared", "-fPIC", str(src), "-o", str(so), *flags], check=True,
                        capture_output=True, text=True)
         needed = "libstdc++.so" in subprocess.run(["readelf", "-dW", str(so)], capture_output=True, text=True).stdout
@@ -258,11 +258,7 @@ def test_link_flags_keep_libstdcxx_shared_behind_a_static_only_folder(tmp_path):
         return needed, bool(own)
 
     assert link(["-lstdc++"]) == (False, True), "the wrapper no longer reproduces the static link"
-    old = os.environ.get("CXX")
-    os.environ["CXX"] = str(wrapper)
-    try:
-        flags = _setup_module()._shared_cxx_runtime()
-    finally:
-        os.environ.pop("CXX") if old is None else os.environ.__setitem__("CXX", old)
+    monkeypatch.setenv("CXX", str(wrapper))
+    flags = _setup_module()._shared_cxx_runtime()
     assert flags == ["-l:libstdc++.so.6"]
     assert link(flags) == (True, False)

@@ -193,7 +193,7 @@ def _kernel_dtype(x: torch.Tensor) -> torch.dtype:
 
 
 @torch.compiler.assume_constant_result
-def _device_reason(device: int, dtype: str, dim: int, num_heads: int | None) -> str | None:
+def _device_reason(device: int, dtype: str, dim: int, num_heads: int) -> str | None:
     """Why GPU `device` cannot run the compiled kernels for (dtype, dim, num_heads), or None; cached.
     Marked constant for torch.compile: it depends only on its arguments and the hardware, and it
     calls into the extension (pybind11), which dynamo cannot trace."""
@@ -212,8 +212,8 @@ def _arch_reason(device: int) -> str | None:
                              C.compiled_archs(), err)
 
 
-def _smem_reason(device: int, dtype: str, dim: int, num_heads: int | None) -> str | None:
-    if num_heads is None or _ext.C.fits_device(dtype, dim, num_heads, device):
+def _smem_reason(device: int, dtype: str, dim: int, num_heads: int) -> str | None:
+    if _ext.C.fits_device(dtype, dim, num_heads, device):
         return None
     return f"dim {dim} in {dtype} needs more shared memory per block than {torch.cuda.get_device_name(device)} offers"
 
@@ -241,7 +241,7 @@ def fallback_reason(x: torch.Tensor, weights, *, num_heads: int | None = None,
     return _reason(x, passes, dim, heads)
 
 
-def _reason(x: torch.Tensor, passes, dim: int, num_heads: int | None) -> str | None:
+def _reason(x: torch.Tensor, passes, dim: int, num_heads: int) -> str | None:
     """The decision itself, after validation. Only attribute reads: this runs on every call."""
     if _ext.C is None:
         return f"the CUDA extension axial_fused._C is not available ({_ext.error})"
@@ -253,7 +253,7 @@ def _reason(x: torch.Tensor, passes, dim: int, num_heads: int | None) -> str | N
     if torch.is_grad_enabled() and (x.requires_grad or any(t.requires_grad for pw in passes for t in pw)):
         return ("gradients are required (x or a weight requires grad and grad mode is on); the fused path is "
                 "inference-only: call under torch.no_grad() or torch.inference_mode() to use it")
-    if num_heads is not None and (dtype, dim, num_heads) not in _ext.specs():
+    if (dtype, dim, num_heads) not in _ext.specs():
         return (f"no compiled specialization for dtype {dtype}, dim {dim}, heads {num_heads}; compiled: "
                 f"{_ext.describe_specs()}. Rebuild with AXIAL_FUSED_SPECS={dim}x{num_heads}:{_short(dtype)} added")
     return _device_reason(x.device.index, dtype, dim, num_heads)
