@@ -293,3 +293,14 @@ def test_kernel_files_are_generated_for_the_default_set():
     for dt, d, h in _specs.parse_specs("default"):
         with open(os.path.join(root, _specs.kernel_filename(dt, d, h))) as f:
             assert f.read() == _specs.kernel_source(dt, d, h)
+
+
+def test_bench_counts_and_progress_line():
+    from axial_fused import bench
+    c = bench.count(4, 32, 32, 64, 4, 2)  # seed, bf16
+    N, D = 4 * 32 * 32, 64
+    assert c["flops"] == 2 * (2 * N * D * 3 * D + 2 * N * D * D) + 4 * N * (32 + 32) * D
+    assert c["bytes"] == 2 * (2 * N * D * 2) + 2 * (4 * D * D + 3 * D) * 2
+    assert c["exps"] == 4 * N * 64
+    row = {"shape": "seed", "dtype": "bfloat16", "us": {"graph": 60.0, "fused_graph": 24.25}, "best_peer": "graph"}
+    assert bench.progress_line(row) == "  seed/bfloat16: graph 60.0 fused_graph 24.2 µs; best peer graph"

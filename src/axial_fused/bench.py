@@ -162,6 +162,18 @@ def bench_shape(name, B, H, W, D, heads, dtype_name, peers, ceilings, log=print)
     return row
 
 
+def progress_line(r) -> str:
+    times = " ".join(f"{p} {us:.1f}" for p, us in r["us"].items())
+    best = f"; best peer {r['best_peer']}" if "best_peer" in r else ""
+    return f"  {r['shape']}/{r['dtype']}: {times} µs{best}"
+
+
+def write_json(path, ceilings, rows) -> None:
+    with open(path, "w") as f:
+        json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "ceilings": ceilings,
+                   "rows": rows}, f, indent=1)
+
+
 def print_table(rows, peers, out=sys.stdout):
     hdr = f"{'shape':<10}{'dtype':<9}" + "".join(f"{p:>15}" for p in peers) + f"{'best peer':>16}{'x fused_graph':>14}{'x fused':>9}{'floor':>8}{'%floor':>8}{'exp-us':>8}"
     print(hdr, file=out)
@@ -212,12 +224,14 @@ def main(argv=None) -> int:
             rows.append(bench_shape(s, B, H, W, D, heads, args.dtype or dt, peers, ceil))
         except RuntimeError as e:  # e.g. a forced path that cannot run this shape
             print(f"  {s}: {str(e).splitlines()[0][:200]}")
+        else:
+            # Each shape's line as soon as it is measured, and the JSON rewritten: a run cut short
+            # (a time limit) keeps what it measured.
+            print(progress_line(rows[-1]), flush=True)
+            if args.json:
+                write_json(args.json, ceil, rows)
         torch.cuda.empty_cache()
     print_table(rows, peers)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "ceilings": ceil,
-                       "rows": rows}, f, indent=1)
     if args.png:
         try:
             import matplotlib
