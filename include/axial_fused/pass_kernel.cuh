@@ -76,6 +76,16 @@ __device__ __forceinline__ int64_t out_offset(const PassParams& p, int64_t s, in
   return token_offset(s, l, p.seq_inner, p.o_stride_outer, p.o_stride_inner, p.o_stride_tok);
 }
 
+// 2^x on the special-function unit alone (one MUFU.EX2): ex2.approx with subnormal results flushed
+// to zero. exp2f() compiles to the non-ftz form, which wraps the MUFU in a compare and two
+// predicated multiplies to keep subnormals; a probability below 2^-126 is 0 at any of our
+// precisions. exp2_ftz(-inf) = 0 and exp2_ftz(NaN) = NaN, as exp2f.
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -279,14 +289,14 @@ __device__ __forceinline__ void attend_tile(AttnState<Tr>& st, const typename Tr
     mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
     mx[r] = fmaxf(st.m[r], mx[r] * scale_log2);
     mu[r] = mx[r] == -INFINITY ? 0.f : mx[r];  // a row with nothing unmasked yet stays all-zero
-    alpha[r] = exp2f(st.m[r] - mu[r]);
+    alpha[r] = exp2_ftz(st.m[r] - mu[r]);
     st.m[r] = mx[r];
   }
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      s[j][e] = exp2f(fmaf(s[j][e], scale_log2, -mu[e >> 1]));
+      s[j][e] = exp2_ftz(fmaf(s[j][e], scale_log2, -mu[e >> 1]));
       rs[e >> 1] += s[j][e];
     }
   }
