@@ -123,14 +123,16 @@ void check_heads(int64_t D, int64_t num_heads) {
 // check_inputs adds what only the CUDA kernel needs (layout, alignment, a compiled specialization).
 // Errors: TypeError (TORCH_CHECK_TYPE) for dtypes, ValueError (TORCH_CHECK_VALUE) for the rest,
 // each naming the argument, what was given and what is supported (docs/errors.md).
-void check_weight(const at::Tensor& w, const at::Tensor& x, const std::string& name, std::initializer_list<int64_t> shape) {
-  TORCH_CHECK_VALUE(w.defined(), "axial_fused: ", name, " is missing (None); expected a tensor of shape ",
+// `name` is called only to build a failure's message (no string work on the hot path).
+template <class Name>
+void check_weight(const at::Tensor& w, const at::Tensor& x, Name&& name, std::initializer_list<int64_t> shape) {
+  TORCH_CHECK_VALUE(w.defined(), "axial_fused: ", name(), " is missing (None); expected a tensor of shape ",
                     at::IntArrayRef(shape));
-  TORCH_CHECK_VALUE(w.sizes().equals(shape), "axial_fused: ", name, " has shape ", w.sizes(), ", expected ",
+  TORCH_CHECK_VALUE(w.sizes().equals(shape), "axial_fused: ", name(), " has shape ", w.sizes(), ", expected ",
                     at::IntArrayRef(shape), " for D = ", x.size(3));
-  TORCH_CHECK_TYPE(w.scalar_type() == x.scalar_type(), "axial_fused: ", name, " is ", w.scalar_type(),
+  TORCH_CHECK_TYPE(w.scalar_type() == x.scalar_type(), "axial_fused: ", name(), " is ", w.scalar_type(),
                    " but x is ", x.scalar_type(), "; x and the weights must share one dtype");
-  TORCH_CHECK_VALUE(w.device() == x.device(), "axial_fused: ", name, " is on ", w.device(), " but x is on ",
+  TORCH_CHECK_VALUE(w.device() == x.device(), "axial_fused: ", name(), " is on ", w.device(), " but x is on ",
                     x.device());
 }
 
@@ -186,7 +188,7 @@ void check_shapes(const at::Tensor& x, int64_t num_heads, double eps, const std:
     const PassWeights& pw = passes[i];
     const at::Tensor* ws[] = {&pw.norm_w, &pw.norm_b, &pw.qkv_w, &pw.out_w, &pw.out_b};
     for (int f = 0; f < 5; ++f) {
-      const std::string name = weight_name(i, passes.size(), f);
+      const auto name = [&] { return weight_name(i, passes.size(), f); };
       if (f == 2) check_weight(*ws[f], x, name, {3 * D, D});
       else if (f == 3) check_weight(*ws[f], x, name, {D, D});
       else check_weight(*ws[f], x, name, {D});

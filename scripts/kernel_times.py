@@ -1,9 +1,13 @@
 """Per-kernel GPU time of one forward for benchmark shapes (torch.profiler), to see where time goes.
 
-    PYTHONPATH=src python scripts/kernel_times.py [SHAPE ...] [--path auto|fused|two_kernel]
+    PYTHONPATH=src python scripts/kernel_times.py [SHAPE ...] [--path auto|fused|two_kernel] [--fused-max-rows N]
+
+Prints the total per forward, each kernel's time summed over the forward, and the launches of one
+forward in order (row pass first), each a median over the repetitions.
 """
 import argparse
 import collections
+import statistics
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -17,8 +21,12 @@ def main() -> None:
     ap.add_argument("shapes", nargs="*", default=list(bench.SUITE))
     ap.add_argument("--path", default="auto", choices=["auto", "fused", "two_kernel"])
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--fused-max-rows", type=int, default=None,
+                    help="largest fused block (tokens) the automatic choice takes (default: the built-in 128)")
     args = ap.parse_args()
     af._ext.C.set_path_override({"auto": -1, "fused": 0, "two_kernel": 1}[args.path])
+    if args.fused_max_rows is not None:
+        af._ext.C.set_fused_max_rows(args.fused_max_rows)
     for name in args.shapes:
         B, H, W, D, heads, dt = bench.SUITE[name]
         model, x = bench._make(B, H, W, D, heads, dt)
@@ -34,13 +42,21 @@ def main() -> None:
                     af.axial_attention(x, w, strict=True)
                 torch.cuda.synchronize()
         times = collections.defaultdict(list)
+        launches = []  # (short name, µs) in launch order, all repetitions
         for e in prof.events():
             if e.device_type == torch.autograd.DeviceType.CUDA:
-                times[e.name.split("<")[0].split("(")[0]].append(e.device_time)
+                short = e.name.split("<")[0].split("(")[0]
+                times[short].append(e.device_time)
+                launches.append((short, e.device_time))
         total = sum(sum(v) for v in times.values()) / args.reps
         print(f"{name:10s} total {total:8.1f} us/forward")
         for k, v in sorted(times.items(), key=lambda kv: -sum(kv[1])):
             print(f"    {k:40s} {sum(v) / args.reps:8.1f} us  ({len(v) // args.reps} launches, {sum(v) / len(v):7.1f} us each)")
+        per = len(launches) // args.reps
+        if per * args.reps == len(launches):
+            for i in range(per):
+                us = statistics.median(launches[r * per + i][1] for r in range(args.reps))
+                print(f"      launch {i}: {launches[i][0]:36s} {us:8.1f} us")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,8 @@
 // attend_tile); docs/design.md walks through them.
 #pragma once
 #include <cuda_runtime.h>
+
+#include <atomic>
 #include <type_traits>
 
 #include "axial_fused/params.h"
@@ -663,16 +665,31 @@ __global__ void __launch_bounds__(Tr::THREADS) attn_out_kernel(const __grid_cons
 
 // ---- host side: one specialization --------------------------------------------------------------
 
-template <class K>
-inline cudaError_t launch_with_smem(K kernel, int64_t blocks, int threads, size_t smem, cudaStream_t stream,
-                                    const PassParams& p) {
+// Launches Kernel with `smem` bytes of dynamic shared memory. Above 48 KB a kernel must opt in
+// (cudaFuncSetAttribute, a driver call): done once per kernel and device, to the device's limit
+// (the attribute only permits; occupancy follows each launch's own request), so the hot path makes
+// one launch call and no attribute call.
+template <auto Kernel>
+inline cudaError_t launch_with_smem(int64_t blocks, int threads, size_t smem, cudaStream_t stream, const PassParams& p) {
   if (blocks <= 0) return cudaSuccess;
   if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
   if (smem > 48 * 1024) {
-    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    static std::atomic<bool> opted_in[64];  // per device index
+    int device = 0;
+    cudaError_t e = cudaGetDevice(&device);
     if (e != cudaSuccess) return e;
+    const bool cached = device >= 0 && device < 64;
+    if (!cached || !opted_in[device].load(std::memory_order_acquire)) {
+      int limit = 0;
+      e = cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+      if (e != cudaSuccess) return e;
+      if (smem > size_t(limit)) return cudaErrorInvalidValue;
+      e = cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, limit);
+      if (e != cudaSuccess) return e;
+      if (cached) opted_in[device].store(true, std::memory_order_release);
+    }
   }
-  kernel<<<unsigned(blocks), threads, smem, stream>>>(p);
+  Kernel<<<unsigned(blocks), threads, smem, stream>>>(p);
   return cudaGetLastError();
 }
 
@@ -683,28 +700,28 @@ struct Spec {
     using Tr = Traits<T, M, D, HEADS>;
     if (p.path == kPathFused) {
       const int rows = (p.group * p.len + Tr::ROW_ALIGN - 1) / Tr::ROW_ALIGN * Tr::ROW_ALIGN;
-      return launch_with_smem(fused_pass_kernel<Tr>, (p.num_seq + p.group - 1) / p.group, Tr::THREADS,
-                              Tr::fused_bytes(rows), stream, p);
+      return launch_with_smem<fused_pass_kernel<Tr>>((p.num_seq + p.group - 1) / p.group, Tr::THREADS,
+                                                   Tr::fused_bytes(rows), stream, p);
     }
     const int64_t tokens = p.num_seq * p.len;
     cudaError_t e;
     if constexpr (M == Mma::Tc16) {
       if (p.arch == 90) {
         using C = QkvSm90<T, D>;
-        e = launch_with_smem(ln_qkv_sm90_kernel<T, D>, (tokens + C::BM - 1) / C::BM, 256, C::SMEM, stream, p);
+        e = launch_with_smem<ln_qkv_sm90_kernel<T, D>>((tokens + C::BM - 1) / C::BM, 256, C::SMEM, stream, p);
       } else {
-        e = launch_with_smem(ln_qkv_kernel<Tr>, (tokens + Tr::BM - 1) / Tr::BM, Tr::THREADS, Tr::K1_BYTES, stream, p);
+        e = launch_with_smem<ln_qkv_kernel<Tr>>((tokens + Tr::BM - 1) / Tr::BM, Tr::THREADS, Tr::K1_BYTES, stream, p);
       }
     } else {
-      e = launch_with_smem(ln_qkv_kernel<Tr>, (tokens + Tr::BM - 1) / Tr::BM, Tr::THREADS, Tr::K1_BYTES, stream, p);
+      e = launch_with_smem<ln_qkv_kernel<Tr>>((tokens + Tr::BM - 1) / Tr::BM, Tr::THREADS, Tr::K1_BYTES, stream, p);
     }
     if (e != cudaSuccess) return e;
     const int64_t blocks = p.num_seq * ((p.len + Tr::BM - 1) / Tr::BM);
     if constexpr (M == Mma::Tc16) {
       if (p.arch == 90)
-        return launch_with_smem(attn_out_kernel<Tr, true>, blocks, Tr::THREADS, AttnOutLayout<Tr, true>::BYTES, stream, p);
+        return launch_with_smem<attn_out_kernel<Tr, true>>(blocks, Tr::THREADS, AttnOutLayout<Tr, true>::BYTES, stream, p);
     }
-    return launch_with_smem(attn_out_kernel<Tr, false>, blocks, Tr::THREADS, Tr::K2_BYTES, stream, p);
+    return launch_with_smem<attn_out_kernel<Tr, false>>(blocks, Tr::THREADS, Tr::K2_BYTES, stream, p);
   }
   template <class F>
   static auto with_mode(int math, F&& f) {

@@ -51,26 +51,27 @@ def _as_pass(pw, name: str) -> PassWeights:
 
 
 def _check_pass(pw, name: str, dim: int | None = None) -> int:
-    """Validate one PassWeights; return D."""
+    """Validate one PassWeights; return D. Runs on every call: one loop, attribute reads only, the
+    messages built only for a failure."""
     pw = _as_pass(pw, name)
     for field, t in zip(_FIELDS, pw):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name}.{field} must be a torch.Tensor, got {type(t).__name__}")
-    if dim is None:
-        if pw.norm_weight.dim() != 1:
-            raise ValueError(f"{name}.norm_weight must be 1-D [D], got shape {tuple(pw.norm_weight.shape)}")
-        dim = pw.norm_weight.shape[0]
-    expected = dict(norm_weight=(dim,), norm_bias=(dim,), qkv_weight=(3 * dim, dim), out_weight=(dim, dim),
-                    out_bias=(dim,))
     ref = pw.norm_weight
-    for field, t in zip(_FIELDS, pw):
-        if tuple(t.shape) != expected[field]:
-            raise ValueError(f"{name}.{field} has shape {tuple(t.shape)}, expected {expected[field]} for D = {dim}")
-        if t.dtype != ref.dtype:
-            raise TypeError(f"{name}.{field} is {t.dtype} but {name}.norm_weight is {ref.dtype}: "
+    if dim is None:
+        if ref.dim() != 1:
+            raise ValueError(f"{name}.norm_weight must be 1-D [D], got shape {tuple(ref.shape)}")
+        dim = ref.shape[0]
+    vec, square = (dim,), (dim, dim)
+    dtype, device = ref.dtype, ref.device
+    for field, t, shape in zip(_FIELDS, pw, (vec, vec, (3 * dim, dim), square, vec)):
+        if t.shape != shape:
+            raise ValueError(f"{name}.{field} has shape {tuple(t.shape)}, expected {shape} for D = {dim}")
+        if t.dtype != dtype:
+            raise TypeError(f"{name}.{field} is {t.dtype} but {name}.norm_weight is {dtype}: "
                             f"all weights must share one dtype")
-        if t.device != ref.device:
-            raise ValueError(f"{name}.{field} is on {t.device} but {name}.norm_weight is on {ref.device}: "
+        if t.device != device:
+            raise ValueError(f"{name}.{field} is on {t.device} but {name}.norm_weight is on {device}: "
                              f"all weights must be on one device")
     return dim
 
