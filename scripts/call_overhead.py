@@ -1,13 +1,14 @@
 """Where the CPU time of one eager call goes (GPU machine): the Python checks, the dispatcher call into
 the op, and the whole `axial_attention` call, timed on the host over many calls.
 
-    PYTHONPATH=src python3 scripts/call_overhead.py
+    PYTHONPATH=src python3 scripts/call_overhead.py [--after-compile]
 
 A 1x1x1 grid keeps the GPU side (two launches, a few µs) below the host time, so the wall time per
 call is the host's; the seed shape shows what the benchmark's `fused` peer sees.
 """
 from __future__ import annotations
 
+import sys
 import time
 
 import torch
@@ -30,7 +31,31 @@ def per_call_us(fn, n: int = 3000) -> float:
     return best
 
 
+def after_compile(dim: int = 64, heads: int = 4) -> None:
+    """The whole call at the seed shape in a fresh process, then after a torch.compile of another
+    model in the same process (the benchmark's situation), then with that heap frozen (gc.freeze)."""
+    import gc
+    m = af.AxialAttention(dim, heads).cuda().bfloat16()
+    w = af.AxialWeights.from_module(m)
+    x = torch.randn(4, 32, 32, dim, device="cuda", dtype=torch.bfloat16)
+    with torch.inference_mode():
+        call = lambda: af.axial_attention(x, w)
+        print(f"  {per_call_us(call):8.1f}  axial_attention, seed shape, fresh process")
+        ref = af.reference.AxialAttentionReference(dim, heads).cuda().bfloat16()
+        cm = torch.compile(ref, mode="reduce-overhead")
+        for _ in range(3):
+            cm(x)
+        print(f"  {per_call_us(call):8.1f}  the same after torch.compile(reference, mode='reduce-overhead') ran "
+              f"({len(gc.get_objects())} objects tracked by gc)")
+        gc.collect()
+        gc.freeze()
+        print(f"  {per_call_us(call):8.1f}  the same after gc.collect(); gc.freeze()")
+
+
 def main() -> None:
+    if "--after-compile" in sys.argv:
+        after_compile()
+        return
     torch.manual_seed(0)
     dim, heads = 64, 4
     m = af.AxialAttention(dim, heads).cuda().bfloat16()
