@@ -13,7 +13,6 @@ both measured in the same run.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import math
 import statistics
@@ -37,13 +36,7 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.
 
 
 def _time_batches(fn, target_ms: float = 20.0, batches: int = 15) -> float:
-    """Median microseconds per call of fn(), timed in batches between CUDA events.
-
-    The Python heap is collected and frozen first (gc.freeze): the compile peers leave millions of
-    objects behind, and the cyclic collector's full passes over them would otherwise be charged to
-    whichever host-bound peer is timed after them."""
-    gc.collect()
-    gc.freeze()
+    """Median microseconds per call of fn(), timed in batches between CUDA events."""
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
