@@ -96,6 +96,15 @@ Plan plan_pass(const SpecInfo* spec, int64_t num_seq, int len, int math, int dev
   const int64_t rows = (int64_t(group) * len + align - 1) / align * align;
   const bool fits = rows <= 0x7fffffff && spec->fused_smem_bytes(int(rows), math) <= size_t(dev.smem_optin);
   const int forced = g_path_override.load();
+  if (forced == kPathFusedSm90) {
+    // Experimental, forced only: the Hopper head-looped kernel (one block of 128 token rows).
+    TORCH_CHECK(dev.arch == 90 && built_with_sm90a() && spec->dtype != kFloat32 && spec->dim / spec->heads == 32 &&
+                    len <= 128,
+                "axial_fused: the Hopper fused path was forced but needs sm_90a, float16/bfloat16, head_dim 32 and "
+                "length <= 128; got sm_", dev.arch, ", dim ", spec->dim, ", heads ", spec->heads, ", length ", len);
+    const int64_t by_sms = num_seq / std::max(dev.sms, 1);
+    return {kPathFusedSm90, int(std::max<int64_t>(1, std::min<int64_t>(128 / len, by_sms)))};
+  }
   if (forced == kPathFused) {
     TORCH_CHECK(fits, "axial_fused: the fused path was forced but ", len, " tokens of dim ", spec->dim,
                 " do not fit in one block's shared memory on this device");
@@ -467,7 +476,7 @@ PYBIND11_MODULE(_C, m) {
     return std::string(cudaGetErrorString(e));
   });
   m.def("set_path_override", [](int path) { g_path_override.store(path); },
-        "force a path for tests and benchmarks: -1 automatic, 0 fused, 1 two-kernel");
+        "force a path for tests and benchmarks: -1 automatic, 0 fused, 1 two-kernel, 2 Hopper fused (experimental)");
   m.def("set_fused_max_rows", [](int rows) { g_fused_max_rows.store(rows); },
         "largest fused buffer (tokens per block) the automatic choice takes");
   m.def("device_smem_optin", [](int device) { return device_info(device).smem_optin; });

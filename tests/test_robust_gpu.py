@@ -209,9 +209,15 @@ def test_nan_inf_stay_in_their_sequence(case, dt, bad, path):
     (its sequence; after both passes its batch element), and every other element is bit-identical to
     the same call on the clean x. Packed short sequences share key tiles: this is where a masked
     key's NaN v would leak (0 * NaN)."""
-    fn, axis, (B, H, W), idx = case
     w, dim = spec_weights(dt, seed=12)
-    x = rand_x((B, H, W, dim), DTYPES[dt], "cuda", seed=13)
+    check_nonfinite_isolated(case, bad, w, dim, DTYPES[dt], path)
+
+
+def check_nonfinite_isolated(case, bad, w, dim, dtype, path):
+    """x with one element set to `bad`, on `path`: non-finite output exactly where the float64
+    reference is, every other element bit-identical to the call on the clean x."""
+    fn, axis, (B, H, W), idx = case
+    x = rand_x((B, H, W, dim), dtype, "cuda", seed=13)
     xb = x.clone()
     xb[idx] = bad
     with force_path(path), tf32(False):

@@ -15,7 +15,8 @@ enum MathMode : int { kExactFp32 = 0, kTf32 = 1 };
 // How one pass is executed.
 enum PassPath : int {
   kPathFused = 0,     // one kernel: a group of whole sequences per block, q/k/v in shared memory
-  kPathTwoKernel = 1  // LN+QKV kernel -> q/k/v scratch in global memory -> attention+out-proj kernel
+  kPathTwoKernel = 1,  // LN+QKV kernel -> q/k/v scratch in global memory -> attention+out-proj kernel
+  kPathFusedSm90 = 2   // Hopper, 16-bit, head_dim 32, L <= 128: head-looped wgmma kernel (experimental: forced only)
 };
 
 struct PassParams {

@@ -663,6 +663,13 @@ __global__ void __launch_bounds__(Tr::THREADS) attn_out_kernel(const __grid_cons
   }
 }
 
+}  // namespace axial_fused
+
+// The Hopper head-looped fused kernel (uses layernorm_row, OutEpilogue, exp2_ftz from above).
+#include "axial_fused/fused_sm90.cuh"
+
+namespace axial_fused {
+
 // ---- host side: one specialization --------------------------------------------------------------
 
 // Launches Kernel with `smem` bytes of dynamic shared memory. Above 48 KB a kernel must opt in
@@ -698,6 +705,14 @@ struct Spec {
   template <Mma M>
   static cudaError_t run(const PassParams& p, cudaStream_t stream) {
     using Tr = Traits<T, M, D, HEADS>;
+    if (p.path == kPathFusedSm90) {
+      if constexpr (M == Mma::Tc16 && D / HEADS == 32) {
+        if (p.arch == 90)
+          return launch_with_smem<fused_sm90_kernel<T, D, HEADS>>((p.num_seq + p.group - 1) / p.group, 256,
+                                                                   FusedSm90<T, D, HEADS>::SMEM, stream, p);
+      }
+      return cudaErrorInvalidValue;  // plan_pass never chooses it here
+    }
     if (p.path == kPathFused) {
       const int rows = (p.group * p.len + Tr::ROW_ALIGN - 1) / Tr::ROW_ALIGN * Tr::ROW_ALIGN;
       return launch_with_smem<fused_pass_kernel<Tr>>((p.num_seq + p.group - 1) / p.group, Tr::THREADS,

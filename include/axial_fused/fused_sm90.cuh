@@ -1,0 +1,379 @@
+// Hopper (sm_90a) fused pass for short sequences (experimental: selected only by the path override
+// kPathFusedSm90 until it has passed the GPU tests; docs/performance.md, "head-looped fused kernel").
+//
+// One block of two warpgroups owns up to 128 tokens: one sequence of length L <= 128, or 128 / L
+// whole sequences packed. The block
+//   1. loads the tokens' rows of x into shared memory (cp.async, SW128) and normalises them in place
+//      (the LayerNorm tile A stays resident: the A operand of every head's projection);
+//   2. for each head h: q/k/v of that head for all the block's tokens (wgmma m64n96, A from shared
+//      memory, the head's 96 rows of W_qkv streamed through a cp.async ring that runs ahead across
+//      heads); q stays in registers as the next product's A operand, k goes to shared memory (SW64,
+//      K-major) and v transposed (SW128, K-major over keys); S = q k^T (wgmma, A from registers);
+//      masked softmax of the whole row in registers (all keys at once: no online rescaling); O_h =
+//      P V (wgmma, P from registers); O_h / rowsum into the O tile's columns of head h (SW128);
+//   3. out = O @ W_out^T + bias + x (wg_gemm, the weight streamed through the same ring).
+// Nothing but x, the weights and out touches global memory. head_dim 32 (the D = 128/4, 192/6,
+// 256/8 specializations); bf16/fp16.
+#pragma once
+#include "axial_fused/wgmma.cuh"
+
+namespace axial_fused {
+
+// Element index of (row r, column k < 32) in an SW64 K-major tile: rows of 32 16-bit elements
+// (64 bytes), 8-row groups of 512 bytes, 16-byte chunk c of row r at r * 64 + ((c ^ ((r / 2) % 4)) * 16)
+// (the 64-byte swizzle: byte-address bits [4, 6) XOR bits [7, 9)).
+__device__ __forceinline__ int sw64_index(int r, int k) {
+  return r * 32 + ((((k >> 3) & 3) ^ ((r >> 1) & 3)) << 3) + (k & 7);
+}
+
+// Matrix descriptor for an SW64 K-major operand at shared address `addr` (8-row groups 512 bytes apart).
+__device__ __forceinline__ uint64_t sw64_desc(uint32_t addr) {
+  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(512 >> 4) << 32) | (uint64_t(2) << 62);
+}
+
+// D (64 x N, fp32) = A (64 x 16, registers) * B (N x 16, shared memory)^T [+ D]. The A fragment of
+// warp w (rows 16w..16w+15) is the mma.sync m16n8k16 A layout: a[0] = (g, 2t..2t+1), a[1] = (g + 8,
+// 2t..), a[2] = (g, 2t+8..), a[3] = (g + 8, 2t+8..), two 16-bit values per register.
+template <class T, int N>
+struct WgmmaRS;
+
+#if AXIAL_FUSED_SM90
+template <> struct Wgmma<__nv_bfloat16, 96> {
+  static __device__ __forceinline__ void mma(float (&d)[48], uint64_t a, uint64_t b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}, %48, %49, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+        : "l"(a), "l"(b), "r"(accumulate));
+  }
+};
+
+template <> struct Wgmma<__half, 96> {
+  static __device__ __forceinline__ void mma(float (&d)[48], uint64_t a, uint64_t b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n96k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}, %48, %49, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+        : "l"(a), "l"(b), "r"(accumulate));
+  }
+};
+
+template <> struct WgmmaRS<__nv_bfloat16, 128> {
+  static __device__ __forceinline__ void mma(float (&d)[64], const uint32_t (&a)[4], uint64_t b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
+  }
+};
+
+template <> struct WgmmaRS<__nv_bfloat16, 32> {
+  static __device__ __forceinline__ void mma(float (&d)[16], const uint32_t (&a)[4], uint64_t b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
+  }
+};
+
+template <> struct WgmmaRS<__half, 128> {
+  static __device__ __forceinline__ void mma(float (&d)[64], const uint32_t (&a)[4], uint64_t b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
+  }
+};
+
+template <> struct WgmmaRS<__half, 32> {
+  static __device__ __forceinline__ void mma(float (&d)[16], const uint32_t (&a)[4], uint64_t b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
+  }
+};
+
+#else
+template <class T, int N>
+struct WgmmaRS {
+  static __device__ __forceinline__ void mma(float (&)[N / 2], const uint32_t (&)[4], uint64_t, int) { __trap(); }
+};
+#endif
+
+template <class T>
+__device__ __forceinline__ uint32_t pack2_u32(float a, float b) {
+  typename Pack2<T>::type v = Pack2<T>::make(a, b);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// Keeps A-fragment registers of an asynchronous wgmma alive (unmodified, not reused) until this point:
+// placed after the wgmma_wait that retires the products reading them.
+template <int N>
+__device__ __forceinline__ void keep_regs(const uint32_t (&a)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" ::"r"(a[i][0]), "r"(a[i][1]), "r"(a[i][2]), "r"(a[i][3]) : "memory");
+}
+
+// The A fragments of k-step kk (columns 16kk..16kk+15) from a wgmma accumulator (same layout as its
+// rows/columns), starting at 8-column block j0: blocks j0 + 2kk and j0 + 2kk + 1.
+template <class T, int R>
+__device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&acc)[R], int j0, int kk) {
+  const int j = j0 + 2 * kk;
+  a[0] = pack2_u32<T>(acc[4 * j], acc[4 * j + 1]);
+  a[1] = pack2_u32<T>(acc[4 * j + 2], acc[4 * j + 3]);
+  a[2] = pack2_u32<T>(acc[4 * j + 4], acc[4 * j + 5]);
+  a[3] = pack2_u32<T>(acc[4 * j + 6], acc[4 * j + 7]);
+}
+
+template <class T, int D, int HEADS>
+struct FusedSm90 {
+  static constexpr int HD = D / HEADS, BM = 128, KC = D / 64, NQKV = 3 * HD;
+  static constexpr int S = 4;                                  // weight ring stages (QKV chunks)
+  static constexpr size_t A_BYTES = size_t(BM) * D * 2;        // LayerNorm tile, SW128
+  static constexpr size_t O_BYTES = A_BYTES;                   // attention output tile, SW128
+  static constexpr size_t K_BYTES = size_t(BM) * HD * 2;       // one head's keys, SW64
+  static constexpr size_t V_BYTES = size_t(HD) * BM * 2;       // one head's values, transposed, SW128
+  static constexpr size_t STAGE = size_t(NQKV) * 128;          // 96 weight rows x 64 columns
+  static constexpr size_t RING = S * STAGE;
+  static constexpr int OUT_S = int(RING / (64 * 128)) < 6 ? int(RING / (64 * 128)) : 6;  // out-proj stages of 64 rows
+  static constexpr size_t OFFS = 2 * BM * sizeof(int64_t);
+  static constexpr size_t SMEM = 1024 + OFFS + A_BYTES + O_BYTES + K_BYTES + V_BYTES + RING;
+  static_assert(HD == 32, "the Hopper fused kernel is written for head_dim 32");
+  static_assert(SMEM <= 227 * 1024, "Hopper fused kernel: shared memory");
+  static_assert(STAGE % 1024 == 0 && K_BYTES % 1024 == 0 && V_BYTES % 1024 == 0 && A_BYTES % 1024 == 0,
+                "1024-byte aligned operand tiles");
+};
+
+template <class T, int D, int HEADS>
+__global__ void __launch_bounds__(256, 1) fused_sm90_kernel(const __grid_constant__ PassParams p) {
+#if AXIAL_FUSED_SM90
+  using C = FusedSm90<T, D, HEADS>;
+  constexpr int BM = C::BM, HD = C::HD, KC = C::KC, NV = D / 64, CH = D / 8, S = C::S;
+  constexpr int ITERS = HEADS * KC;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  int64_t* xo = reinterpret_cast<int64_t*>(smem_raw);  // BM row offsets into x (-1: no token)
+  int64_t* oo = xo + BM;                               // BM row offsets into out
+  unsigned char* base = smem_raw + C::OFFS;
+  base += (1024 - (smem_u32(base) & 1023)) & 1023;
+  T* A = reinterpret_cast<T*>(base);
+  T* O = reinterpret_cast<T*>(base + C::A_BYTES);
+  T* Ks = reinterpret_cast<T*>(base + C::A_BYTES + C::O_BYTES);
+  T* Vt = reinterpret_cast<T*>(base + C::A_BYTES + C::O_BYTES + C::K_BYTES);
+  T* ring = reinterpret_cast<T*>(base + C::A_BYTES + C::O_BYTES + C::K_BYTES + C::V_BYTES);
+  const T* x = static_cast<const T*>(p.x);
+  const T* wqkv = static_cast<const T*>(p.w_qkv);
+
+  const int L = p.len, tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int64_t s0 = int64_t(blockIdx.x) * p.group;
+  const int rows = int(p.num_seq - s0 < p.group ? p.num_seq - s0 : p.group) * L;
+
+  // 1. Row offsets, then the raw rows straight into their SW128 places (rows past `rows` read as 0).
+  for (int r = tid; r < BM; r += 256) {
+    const bool ok = r < rows;
+    xo[r] = ok ? x_offset(p, s0 + r / L, r % L) : -1;
+    oo[r] = ok ? out_offset(p, s0 + r / L, r % L) : -1;
+  }
+  __syncthreads();
+  for (int v = tid; v < BM * CH; v += 256) {
+    const int r = v / CH, k = (v % CH) * 8;
+    const int64_t off = xo[r];
+    cp_async16(A + sw128_index<BM>(r, k), off >= 0 ? x + off + k : x, off >= 0);
+  }
+  cp_async_commit();
+
+  // The QKV weight ring: iteration it = h * KC + kc holds head h's 96 rows (q, k, v of the head)
+  // x columns [64 kc, 64 kc + 64), SW128; refilled S - 2 iterations ahead, across heads.
+  auto load = [&](int it) {
+    if (it < ITERS) {
+      const int h = it / KC, k0 = (it % KC) * 64;
+      char* dst = reinterpret_cast<char*>(ring) + (it % S) * C::STAGE;
+      for (int v = tid; v < C::NQKV * 8; v += 256) {
+        const int r = v >> 3, c = v & 7, part = r / HD;  // part 0: q, 1: k, 2: v
+        const int64_t src_row = int64_t(part) * D + h * HD + (r - part * HD);
+        cp_async16(dst + r * 128 + ((c ^ (r & 7)) << 4), wqkv + src_row * D + k0 + c * 8, true);
+      }
+    }
+    cp_async_commit();
+  };
+#pragma unroll
+  for (int s = 0; s < S - 2; ++s) load(s);
+
+  // LayerNorm in place, once the rows (older than the S - 2 weight groups) have landed.
+  cp_async_wait<S - 2>();
+  __syncthreads();
+  {
+    float2 wr[NV], br[NV];
+#pragma unroll
+    for (int i = 0; i < NV; ++i) {
+      wr[i] = load2(static_cast<const T*>(p.ln_w) + 2 * lane + 64 * i);
+      br[i] = load2(static_cast<const T*>(p.ln_b) + 2 * lane + 64 * i);
+    }
+    for (int r = tid >> 5; r < BM; r += 8) {
+      float2 v[NV];
+#pragma unroll
+      for (int i = 0; i < NV; ++i) v[i] = load2(A + sw128_index<BM>(r, 2 * lane + 64 * i));
+      layernorm_row<T, D>(p, v, [&](int d, float a, float b) { store2(A + sw128_index<BM>(r, d), a, b); }, wr, br);
+    }
+  }
+  fence_proxy_async();
+
+  // This thread's accumulator rows (block-local tokens) and, for the mask, their sequences' key ranges.
+  const int r0 = wg * 64 + warp * 16 + g, r1 = r0 + 8;
+  int lo[2], hi[2];
+  {
+    const int q0 = r0 < rows ? r0 : rows - 1, q1 = r1 < rows ? r1 : rows - 1;
+    lo[0] = q0 / L * L;
+    lo[1] = q1 / L * L;
+    hi[0] = lo[0] + L;
+    hi[1] = lo[1] + L;
+  }
+  const bool unmasked = lo[0] == 0 && lo[1] == 0 && hi[0] >= BM && hi[1] >= BM;  // one full 128-token sequence
+  const uint32_t a_base = smem_u32(A) + wg * 64 * 128, ring_base = smem_u32(ring);
+  const uint32_t k_base = smem_u32(Ks), v_base = smem_u32(Vt);
+  const float nan = __int_as_float(0x7fffffff);
+
+  for (int h = 0; h < HEADS; ++h) {
+    // 2a. q/k/v of head h for the block's 128 tokens (this warpgroup: rows 64 wg .. 64 wg + 63).
+    float acc[48];
+#pragma unroll
+    for (int i = 0; i < 48; ++i) acc[i] = 0.f;
+    for (int kc = 0; kc < KC; ++kc) {
+      const int it = h * KC + kc;
+      cp_async_wait<S - 3>();
+      fence_proxy_async();
+      __syncthreads();  // chunk `it` visible; wgmma(it - 2) done; the previous head's Ks/Vt reads done
+      load(it + S - 2);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        Wgmma<T, 96>::mma(acc, sw128_desc(a_base + kc * BM * 128 + kk * 32),
+                          sw128_desc(ring_base + (it % S) * C::STAGE + kk * 32), kc > 0 || kk > 0);
+      }
+      wgmma_commit();
+      wgmma_wait<1>();
+    }
+    wgmma_wait<0>();
+    fence_regs(acc);
+
+    // 2b. q -> A fragments; k -> Ks (SW64); v -> Vt (transposed, SW128). Accumulator block j holds
+    // columns 8j..8j+7 of [q | k | v]: j 0-3 q, 4-7 k, 8-11 v.
+    uint32_t qa[2][4];
+    acc_to_a<T>(qa[0], acc, 0, 0);
+    acc_to_a<T>(qa[1], acc, 0, 1);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int c = 8 * j + 2 * t;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int r = half ? r1 : r0;
+        float k0 = acc[4 * (4 + j) + 2 * half], k1 = acc[4 * (4 + j) + 2 * half + 1];
+        float v0 = acc[4 * (8 + j) + 2 * half], v1 = acc[4 * (8 + j) + 2 * half + 1];
+        // NaN/Inf isolation between packed sequences (as fused_pass_kernel): a non-finite v pair
+        // becomes 0 and its k pair NaN, so the token's own sequence still gets NaN scores while the
+        // others mask a NaN score to -inf and multiply p = 0 by a finite 0.
+        if (p.group > 1 && !(isfinite(v0) && isfinite(v1))) {
+          v0 = v1 = 0.f;
+          k0 = k1 = nan;
+        }
+        store2(Ks + sw64_index(r, c), k0, k1);
+        // v transposed: two scalar stores, (head column c, key r) and (c + 1, r).
+        const typename Pack2<T>::type vp = Pack2<T>::make(v0, v1);
+        Vt[sw128_index<HD>(c, r)] = vp.x;
+        Vt[sw128_index<HD>(c + 1, r)] = vp.y;
+      }
+    }
+    fence_proxy_async();
+    __syncthreads();  // all 128 keys of the head are in Ks / Vt
+
+    // 2c. S = q k^T over the block's 128 keys.
+    float s[64];
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk) WgmmaRS<T, 128>::mma(s, qa[kk], sw64_desc(k_base + kk * 32), kk > 0);
+    wgmma_commit();
+    wgmma_wait<0>();
+    keep_regs(qa);
+    fence_regs(s);
+
+    // 2d. Masked softmax of whole rows (a row's 128 scores live in the 4 threads of a quad).
+    if (!unmasked) {
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = 8 * j + 2 * t + (e & 1), hr = e >> 1;
+          if (key < lo[hr] || key >= hi[hr] || key >= rows) s[4 * j + e] = -INFINITY;
+        }
+      }
+    }
+    float mx[2] = {-INFINITY, -INFINITY}, sum[2] = {0.f, 0.f};
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      mx[0] = fmaxf(mx[0], fmaxf(s[4 * j], s[4 * j + 1]));
+      mx[1] = fmaxf(mx[1], fmaxf(s[4 * j + 2], s[4 * j + 3]));
+    }
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
+      mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
+      mx[hr] = mx[hr] == -INFINITY ? 0.f : mx[hr] * p.scale_log2;
+    }
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[4 * j + e] = exp2_ftz(fmaf(s[4 * j + e], p.scale_log2, -mx[e >> 1]));
+        sum[e >> 1] += s[4 * j + e];
+      }
+    }
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      sum[hr] += __shfl_xor_sync(0xffffffffu, sum[hr], 1);
+      sum[hr] += __shfl_xor_sync(0xffffffffu, sum[hr], 2);
+    }
+
+    // 2e. O_h = P V (P from registers, 8 k-steps of 16 keys; Vt: N = 32 head columns, K = keys).
+    // All eight fragments are built before the products start: an asynchronous wgmma reads its A
+    // registers until it retires, so none may be rewritten in between.
+    uint32_t pa[8][4];
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) acc_to_a<T>(pa[kk], s, 0, kk);
+    float o[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) o[i] = 0.f;
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk)
+      WgmmaRS<T, 32>::mma(o, pa[kk], sw128_desc(v_base + (kk >> 2) * HD * 128 + (kk & 3) * 32), kk > 0);
+    wgmma_commit();
+    wgmma_wait<0>();
+    keep_regs(pa);
+    fence_regs(o);
+
+    // 2f. O_h / rowsum into the O tile (columns h * 32 ..), the A operand of the output projection.
+    const float inv0 = 1.f / sum[0], inv1 = 1.f / sum[1];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int c = h * HD + 8 * j + 2 * t;
+      store2(O + sw128_index<BM>(r0, c), o[4 * j] * inv0, o[4 * j + 1] * inv0);
+      store2(O + sw128_index<BM>(r1, c), o[4 * j + 2] * inv1, o[4 * j + 3] * inv1);
+    }
+  }
+
+  // 3. out = O @ W_out^T + bias + x, through the same ring (all its QKV chunks are consumed).
+  cp_async_wait<0>();
+  fence_proxy_async();
+  __syncthreads();
+  wg_gemm<T, 2, 1, 64, D, D, C::OUT_S>(O, static_cast<const T*>(p.w_out), ring, OutEpilogue<T>(p, xo, oo), [] {});
+#else
+  __trap();
+#endif
+}
+
+}  // namespace axial_fused

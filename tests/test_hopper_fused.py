@@ -1,0 +1,80 @@
+"""The Hopper head-looped fused kernel (path 2, `fused_sm90_kernel`): experimental, run only when
+forced, until these tests pass on an H100/H200. Skipped without an sm_90a build on a compute
+capability 9.0 GPU.
+
+It serves 16-bit dtypes at head_dim 32 (the 128x4, 192x6 and 256x8 specializations) for sequence
+lengths up to 128: one block of two warpgroups per 128 token rows (one sequence, or 128 / L short ones
+packed). Same tolerance as tests/test_gpu.py (strict=True, NaN-poisoned allocator, float64 reference).
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from axial_fused import _ext
+from helpers import make_weights, rand_x
+from test_gpu import DTYPES, check, force_path, specs, tf32
+from test_robust_gpu import check_nonfinite_isolated, run
+
+HOPPER_FUSED = 2  # kPathFusedSm90
+
+
+def hopper_ready() -> bool:
+    return (torch.cuda.is_available() and _ext.C is not None and torch.cuda.get_device_capability() == (9, 0)
+            and "90a" in _ext.C.compiled_archs().split(";"))
+
+
+def hopper_specs():
+    return [s for s in specs() if s[0] != "float32" and s[1] // s[2] == 32] if hopper_ready() else []
+
+
+def first_spec(seed: int):
+    """(weights, dim, dtype) of the first specialization the kernel serves (skip if none is compiled)."""
+    cands = hopper_specs()
+    if not cands:
+        pytest.skip("no head_dim-32 16-bit specialization compiled")
+    dt, dim, heads = cands[0]
+    return make_weights(dim, heads, DTYPES[dt], "cuda", seed=seed), dim, DTYPES[dt]
+
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not hopper_ready(), reason="needs sm_90a code on a 9.0 GPU")]
+
+# (B, H, W): both lengths <= 128. Length 1 and 7 pack 128 and 18 sequences per block, 56 packs two
+# (odd's column pass), 100 and 127 leave padding rows, 128 is one full block (latent).
+SHAPES = [(1, 1, 1), (3, 7, 31), (2, 56, 100), (1, 128, 128), (2, 127, 33), (1, 64, 64), (2, 100, 5), (3, 2, 128)]
+
+
+@pytest.mark.parametrize("dt,dim,heads", hopper_specs(), ids=lambda v: str(v))
+@pytest.mark.parametrize("B,H,W", SHAPES, ids=lambda v: str(v))
+def test_against_float64(dt, dim, heads, B, H, W):
+    dtype = DTYPES[dt]
+    w = make_weights(dim, heads, dtype, "cuda", seed=B * 7 + H * 3 + W)
+    x = rand_x((B, H, W, dim), dtype, "cuda", seed=H * 5 + W)
+    with force_path(HOPPER_FUSED), tf32(False):
+        check(x, w)
+        check(x, w, fn="pass", axis="col")
+
+
+def test_strided_x_and_in_place_column_pass():
+    """x a slice of a larger tensor (strides, no copy), and axial_attention's in-place column pass."""
+    w, dim, dtype = first_spec(seed=3)
+    big = rand_x((2, 40, 70, dim), dtype, "cuda", seed=4)
+    with force_path(HOPPER_FUSED), tf32(False):
+        check(big[:, 3:36, 5:66], w)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")], ids=["nan", "inf"])
+@pytest.mark.parametrize("case", [("pass", "row", (2, 40, 6), (1, 17, 4, 2)), ("pass", "col", (2, 7, 30), (0, 3, 11, 5)),
+                                  ("attention", "row", (2, 20, 9), (1, 4, 8, 1)), ("pass", "row", (1, 5, 128), (0, 2, 77, 0))],
+                         ids=lambda c: f"{c[0]}-{c[1]}-{'x'.join(map(str, c[2]))}")
+def test_nan_inf_stay_in_their_sequence(case, bad):
+    """Packed sequences share the block's keys: a non-finite token must not leak into the others."""
+    w, dim, dtype = first_spec(seed=12)
+    check_nonfinite_isolated(case, bad, w, dim, dtype, HOPPER_FUSED)
+
+
+def test_forcing_it_where_it_cannot_run_is_an_error():
+    w, dim, dtype = first_spec(seed=1)
+    x = rand_x((1, 2, 129, dim), dtype, "cuda", seed=2)
+    with force_path(HOPPER_FUSED), pytest.raises(RuntimeError, match="Hopper fused path was forced"):
+        run(x, w, "pass", "row")
