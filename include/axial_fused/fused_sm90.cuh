@@ -133,16 +133,21 @@ __device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&acc)[R]
 template <class T, int D, int HEADS>
 struct FusedSm90 {
   static constexpr int HD = D / HEADS, BM = 128, KC = D / 64, NQKV = 3 * HD;
-  static constexpr int S = 4;                                  // weight ring stages (QKV chunks)
   static constexpr size_t A_BYTES = size_t(BM) * D * 2;        // LayerNorm tile, SW128
   static constexpr size_t O_BYTES = A_BYTES;                   // attention output tile, SW128
   static constexpr size_t K_BYTES = size_t(BM) * HD * 2;       // one head's keys, SW64
   static constexpr size_t V_BYTES = size_t(HD) * BM * 2;       // one head's values, transposed, SW128
   static constexpr size_t STAGE = size_t(NQKV) * 128;          // 96 weight rows x 64 columns
+  static constexpr size_t OFFS = 2 * BM * sizeof(int64_t);
+  static constexpr size_t FIXED = 1024 + OFFS + A_BYTES + O_BYTES + K_BYTES + V_BYTES;
+  // Weight ring stages: as many as the rest of the 227 KB holds, 4 to 8 (S - 2 chunks load while one
+  // is multiplied; each block streams every head's 96 weight rows from L2, so depth hides latency).
+  static constexpr int S_FIT = int((227 * 1024 - FIXED) / STAGE);
+  static constexpr int S = S_FIT > 8 ? 8 : S_FIT;
   static constexpr size_t RING = S * STAGE;
   static constexpr int OUT_S = int(RING / (64 * 128)) < 6 ? int(RING / (64 * 128)) : 6;  // out-proj stages of 64 rows
-  static constexpr size_t OFFS = 2 * BM * sizeof(int64_t);
-  static constexpr size_t SMEM = 1024 + OFFS + A_BYTES + O_BYTES + K_BYTES + V_BYTES + RING;
+  static constexpr size_t SMEM = FIXED + RING;
+  static_assert(S >= 4, "Hopper fused kernel: room for at least 4 weight stages");
   static_assert(HD == 32, "the Hopper fused kernel is written for head_dim 32");
   static_assert(SMEM <= 227 * 1024, "Hopper fused kernel: shared memory");
   static_assert(STAGE % 1024 == 0 && K_BYTES % 1024 == 0 && V_BYTES % 1024 == 0 && A_BYTES % 1024 == 0,
