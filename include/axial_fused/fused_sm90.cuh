@@ -7,10 +7,12 @@
 //      (the LayerNorm tile A stays resident: the A operand of every head's projection);
 //   2. for each head h: q/k/v of that head for all the block's tokens (wgmma m64n96, A from shared
 //      memory, the head's 96 rows of W_qkv streamed through a cp.async ring that runs ahead across
-//      heads); q stays in registers as the next product's A operand, k goes to shared memory (SW64,
-//      K-major) and v transposed (SW128, K-major over keys); S = q k^T (wgmma, A from registers);
-//      masked softmax of the whole row in registers (all keys at once: no online rescaling); O_h =
-//      P V (wgmma, P from registers); O_h / rowsum into the O tile's columns of head h (SW128);
+//      heads); q stays in registers as the next product's A operand; k goes to shared memory in
+//      SW128 rows of which the first 32 columns are used (the layout the other kernels already use,
+//      rather than a 64-byte swizzle), v transposed (SW128, K-major over keys); S = q k^T (wgmma, A
+//      from registers); masked softmax of the whole row in registers (all keys at once: no online
+//      rescaling); O_h = P V (wgmma, P from registers); O_h / rowsum into the O tile's columns of
+//      head h (SW128);
 //   3. out = O @ W_out^T + bias + x (wg_gemm, the weight streamed through the same ring).
 // Nothing but x, the weights and out touches global memory. head_dim 32 (the D = 128/4, 192/6,
 // 256/8 specializations); bf16/fp16.
@@ -18,18 +20,6 @@
 #include "axial_fused/wgmma.cuh"
 
 namespace axial_fused {
-
-// Element index of (row r, column k < 32) in an SW64 K-major tile: rows of 32 16-bit elements
-// (64 bytes), 8-row groups of 512 bytes, 16-byte chunk c of row r at r * 64 + ((c ^ ((r / 2) % 4)) * 16)
-// (the 64-byte swizzle: byte-address bits [4, 6) XOR bits [7, 9)).
-__device__ __forceinline__ int sw64_index(int r, int k) {
-  return r * 32 + ((((k >> 3) & 3) ^ ((r >> 1) & 3)) << 3) + (k & 7);
-}
-
-// Matrix descriptor for an SW64 K-major operand at shared address `addr` (8-row groups 512 bytes apart).
-__device__ __forceinline__ uint64_t sw64_desc(uint32_t addr) {
-  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(512 >> 4) << 32) | (uint64_t(2) << 62);
-}
 
 // D (64 x N, fp32) = A (64 x 16, registers) * B (N x 16, shared memory)^T [+ D]. The A fragment of
 // warp w (rows 16w..16w+15) is the mma.sync m16n8k16 A layout: a[0] = (g, 2t..2t+1), a[1] = (g + 8,
@@ -135,7 +125,7 @@ struct FusedSm90 {
   static constexpr int HD = D / HEADS, BM = 128, KC = D / 64, NQKV = 3 * HD;
   static constexpr size_t A_BYTES = size_t(BM) * D * 2;        // LayerNorm tile, SW128
   static constexpr size_t O_BYTES = A_BYTES;                   // attention output tile, SW128
-  static constexpr size_t K_BYTES = size_t(BM) * HD * 2;       // one head's keys, SW64
+  static constexpr size_t K_BYTES = size_t(BM) * 64 * 2;       // one head's keys, SW128 rows (columns 32-63 unused)
   static constexpr size_t V_BYTES = size_t(HD) * BM * 2;       // one head's values, transposed, SW128
   static constexpr size_t STAGE = size_t(NQKV) * 128;          // 96 weight rows x 64 columns
   static constexpr size_t OFFS = 2 * BM * sizeof(int64_t);
@@ -266,7 +256,7 @@ __global__ void __launch_bounds__(256, 1) fused_sm90_kernel(const __grid_constan
     wgmma_wait<0>();
     fence_regs(acc);
 
-    // 2b. q -> A fragments; k -> Ks (SW64); v -> Vt (transposed, SW128). Accumulator block j holds
+    // 2b. q -> A fragments; k -> Ks (SW128, columns 0-31); v -> Vt (transposed, SW128). Accumulator block j holds
     // columns 8j..8j+7 of [q | k | v]: j 0-3 q, 4-7 k, 8-11 v.
     uint32_t qa[2][4];
     acc_to_a<T>(qa[0], acc, 0, 0);
@@ -286,7 +276,7 @@ __global__ void __launch_bounds__(256, 1) fused_sm90_kernel(const __grid_constan
           v0 = v1 = 0.f;
           k0 = k1 = nan;
         }
-        store2(Ks + sw64_index(r, c), k0, k1);
+        store2(Ks + sw128_index<BM>(r, c), k0, k1);
         // v transposed: two scalar stores, (head column c, key r) and (c + 1, r).
         const typename Pack2<T>::type vp = Pack2<T>::make(v0, v1);
         Vt[sw128_index<HD>(c, r)] = vp.x;
@@ -300,7 +290,7 @@ __global__ void __launch_bounds__(256, 1) fused_sm90_kernel(const __grid_constan
     float s[64];
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < 2; ++kk) WgmmaRS<T, 128>::mma(s, qa[kk], sw64_desc(k_base + kk * 32), kk > 0);
+    for (int kk = 0; kk < 2; ++kk) WgmmaRS<T, 128>::mma(s, qa[kk], sw128_desc(k_base + kk * 32), kk > 0);
     wgmma_commit();
     wgmma_wait<0>();
     keep_regs(qa);
