@@ -81,6 +81,29 @@ def test_state_dict_loads_unchanged_and_module_matches():
     assert rel_err(ref.double()(x.double()), attention64(x, w64)) < 1e-12
 
 
+def test_module_reads_replaced_and_parametrized_weights():
+    """forward() reads parameters from the submodules' parameter dicts (fast); a parametrized weight
+    or a replaced parameter must still be what it uses."""
+    from torch.nn.utils import parametrize
+
+    class Double(torch.nn.Module):
+        def forward(self, w):
+            return 2 * w
+
+    ref = _ref_model()
+    ours = af.AxialAttention(64, 4, eps=1e-6)
+    ours.load_state_dict(ref.state_dict())
+    x = torch.randn(2, 5, 6, 64)
+    with torch.no_grad():
+        parametrize.register_parametrization(ours.row_qkv, "weight", Double())
+        ref.row_qkv.weight.mul_(2)
+        ours.col_out.bias = torch.nn.Parameter(ref.col_out.bias + 1)  # replaced, not copied into
+        ref.col_out.bias.add_(1)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", af.FusedFallbackWarning)
+            assert torch.allclose(ours(x), ref(x), atol=1e-5)
+
+
 def test_from_module_and_from_state_dict_agree():
     ref = _ref_model()
     a = af.AxialWeights.from_module(ref)
