@@ -39,9 +39,12 @@ def first_spec(seed: int):
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not hopper_ready(), reason="needs sm_90a code on a 9.0 GPU")]
 
-# (B, H, W): both lengths <= 128. Length 1 and 7 pack 128 and 18 sequences per block, 56 packs two
-# (odd's column pass), 100 and 127 leave padding rows, 128 is one full block (latent).
-SHAPES = [(1, 1, 1), (3, 7, 31), (2, 56, 100), (1, 128, 128), (2, 127, 33), (1, 64, 64), (2, 100, 5), (3, 2, 128)]
+# (B, H, W): both lengths <= 128. A block packs min(128 / L, sequences / SMs) sequences, so packing
+# needs a few hundred sequences: (4, 100, 7) packs 3 rows of 7 per block in the row pass, (3, 120, 30)
+# two of 30, (8, 100, 2) six of 2 (800 sequences); the rest run one sequence per block, with padding
+# rows (100, 127, 31) or none (128: latent's length). 56 x 100 is odd's grid.
+SHAPES = [(1, 1, 1), (3, 7, 31), (2, 56, 100), (1, 128, 128), (2, 127, 33), (1, 64, 64), (4, 100, 7),
+          (3, 120, 30), (8, 100, 2)]
 
 
 @pytest.mark.parametrize("dt,dim,heads", hopper_specs(), ids=lambda v: str(v))
@@ -64,8 +67,9 @@ def test_strided_x_and_in_place_column_pass():
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")], ids=["nan", "inf"])
-@pytest.mark.parametrize("case", [("pass", "row", (2, 40, 6), (1, 17, 4, 2)), ("pass", "col", (2, 7, 30), (0, 3, 11, 5)),
-                                  ("attention", "row", (2, 20, 9), (1, 4, 8, 1)), ("pass", "row", (1, 5, 128), (0, 2, 77, 0))],
+# Packed blocks (the first three: 2, 4 and 2 sequences per block) and one full 128-token sequence.
+@pytest.mark.parametrize("case", [("pass", "row", (3, 100, 7), (1, 17, 4, 2)), ("pass", "col", (2, 7, 300), (0, 3, 11, 5)),
+                                  ("attention", "row", (3, 90, 9), (1, 4, 8, 1)), ("pass", "row", (1, 5, 128), (0, 2, 77, 0))],
                          ids=lambda c: f"{c[0]}-{c[1]}-{'x'.join(map(str, c[2]))}")
 def test_nan_inf_stay_in_their_sequence(case, bad):
     """Packed sequences share the block's keys: a non-finite token must not leak into the others."""
