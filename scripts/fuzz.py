@@ -160,7 +160,7 @@ def run_gpu(cfg: dict) -> str:
             tol = 2 * rel_err(torch_out, ref) + test_gpu.FLOOR[out.dtype]
         assert out.shape == x.shape and err <= tol, f"fallback error {err:.3g} > {tol:.3g}"
         return "fallback"
-    path = {"auto": -1, "fused": 0, "two_kernel": 1}[cfg["path"]]
+    path = _ext.PATHS[cfg["path"]]
     fn, axis = ("attention", "row") if cfg["fn"] == "attention" else ("pass", cfg["fn"])
     with test_gpu.force_path(path), test_gpu.tf32(cfg["tf32"]):
         test_gpu.check(x, w, fn=fn, axis=axis)

@@ -19,12 +19,12 @@ from axial_fused import bench
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("shapes", nargs="*", default=list(bench.SUITE))
-    ap.add_argument("--path", default="auto", choices=["auto", "fused", "two_kernel", "fused_sm90"])
+    ap.add_argument("--path", default="auto", choices=list(af._ext.PATHS))
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--fused-max-rows", type=int, default=None,
                     help="largest fused block (tokens) the automatic choice takes (default: the built-in 128)")
     args = ap.parse_args()
-    af._ext.C.set_path_override({"auto": -1, "fused": 0, "two_kernel": 1, "fused_sm90": 2}[args.path])
+    af._ext.C.set_path_override(af._ext.PATHS[args.path])
     if args.fused_max_rows is not None:
         af._ext.C.set_fused_max_rows(args.fused_max_rows)
     for name in args.shapes:

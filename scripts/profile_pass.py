@@ -7,7 +7,7 @@ import axial_fused as af
 from axial_fused import bench
 
 name = sys.argv[1]
-path = {"auto": -1, "fused": 0, "two_kernel": 1, "fused_sm90": 2}[sys.argv[2] if len(sys.argv) > 2 else "auto"]
+path = af._ext.PATHS[sys.argv[2] if len(sys.argv) > 2 else "auto"]
 B, H, W, D, heads, dt = bench.SUITE[name]
 model, x = bench._make(B, H, W, D, heads, dt)
 m = model.to("cuda", bench.DTYPES[dt])

@@ -148,7 +148,7 @@ template <class T, int D, int HEADS>
 __global__ void __launch_bounds__(256, 1) fused_sm90_kernel(const __grid_constant__ PassParams p) {
 #if AXIAL_FUSED_SM90
   using C = FusedSm90<T, D, HEADS>;
-  constexpr int BM = C::BM, HD = C::HD, KC = C::KC, NV = D / 64, CH = D / 8, S = C::S;
+  constexpr int BM = C::BM, HD = C::HD, KC = C::KC, S = C::S;
   constexpr int ITERS = HEADS * KC;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   int64_t* xo = reinterpret_cast<int64_t*>(smem_raw);  // BM row offsets into x (-1: no token)
@@ -160,7 +160,6 @@ __global__ void __launch_bounds__(256, 1) fused_sm90_kernel(const __grid_constan
   T* Ks = reinterpret_cast<T*>(base + C::A_BYTES + C::O_BYTES);
   T* Vt = reinterpret_cast<T*>(base + C::A_BYTES + C::O_BYTES + C::K_BYTES);
   T* ring = reinterpret_cast<T*>(base + C::A_BYTES + C::O_BYTES + C::K_BYTES + C::V_BYTES);
-  const T* x = static_cast<const T*>(p.x);
   const T* wqkv = static_cast<const T*>(p.w_qkv);
 
   const int L = p.len, tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
@@ -175,12 +174,7 @@ __global__ void __launch_bounds__(256, 1) fused_sm90_kernel(const __grid_constan
     oo[r] = ok ? out_offset(p, s0 + r / L, r % L) : -1;
   }
   __syncthreads();
-  for (int v = tid; v < BM * CH; v += 256) {
-    const int r = v / CH, k = (v % CH) * 8;
-    const int64_t off = xo[r];
-    cp_async16(A + sw128_index<BM>(r, k), off >= 0 ? x + off + k : x, off >= 0);
-  }
-  cp_async_commit();
+  request_rows_sw128<T, D, BM>(p, A, xo);
 
   // The QKV weight ring: iteration it = h * KC + kc holds head h's 96 rows (q, k, v of the head)
   // x columns [64 kc, 64 kc + 64), SW128; refilled S - 2 iterations ahead, across heads.
@@ -202,21 +196,7 @@ __global__ void __launch_bounds__(256, 1) fused_sm90_kernel(const __grid_constan
   // LayerNorm in place, once the rows (older than the S - 2 weight groups) have landed.
   cp_async_wait<S - 2>();
   __syncthreads();
-  {
-    float2 wr[NV], br[NV];
-#pragma unroll
-    for (int i = 0; i < NV; ++i) {
-      wr[i] = load2(static_cast<const T*>(p.ln_w) + 2 * lane + 64 * i);
-      br[i] = load2(static_cast<const T*>(p.ln_b) + 2 * lane + 64 * i);
-    }
-    for (int r = tid >> 5; r < BM; r += 8) {
-      float2 v[NV];
-#pragma unroll
-      for (int i = 0; i < NV; ++i) v[i] = load2(A + sw128_index<BM>(r, 2 * lane + 64 * i));
-      layernorm_row<T, D>(p, v, [&](int d, float a, float b) { store2(A + sw128_index<BM>(r, d), a, b); }, wr, br);
-    }
-  }
-  fence_proxy_async();
+  layernorm_sw128<T, D, BM>(p, A);
 
   // This thread's accumulator rows (block-local tokens) and, for the mask, their sequences' key ranges.
   const int r0 = wg * 64 + warp * 16 + g, r1 = r0 + 8;

@@ -493,48 +493,64 @@ struct QkvSm90 {
   static_assert(A_BYTES + S * STAGE <= BUDGET && N % (WGN * BNW) == 0, "no Hopper QKV configuration fits");
 };
 
-template <class T, int D>
-__global__ void __launch_bounds__(256) ln_qkv_sm90_kernel(const __grid_constant__ PassParams p) {
-#if AXIAL_FUSED_SM90
-  using C = QkvSm90<T, D>;
-  constexpr int BM = C::BM, NV = D / 64, CH = D / 8;  // CH: 16-byte chunks per row
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  int64_t* xo = reinterpret_cast<int64_t*>(smem_raw);  // BM row offsets into x
-  unsigned char* base = smem_raw + BM * sizeof(int64_t);
-  base += (1024 - (smem_u32(base) & 1023)) & 1023;
-  T* A = reinterpret_cast<T*>(base);
-  T* ws = reinterpret_cast<T*>(base + C::A_BYTES);
+// The Hopper kernels' LayerNorm tile (256 threads, 8 warps; SW128 layout, the wgmma A operand):
+// request_rows_sw128 starts copying row r of x (at offset xo[r]; xo[r] < 0: zeros) into its swizzled
+// place as one cp.async group; once that group has landed and the block has synchronised,
+// layernorm_sw128 normalises the rows in place and fences them for the tensor cores.
+template <class T, int D, int BM>
+__device__ __forceinline__ void request_rows_sw128(const PassParams& p, T* A, const int64_t* xo) {
+  constexpr int CH = D / 8;  // 16-byte chunks per row
   const T* x = static_cast<const T*>(p.x);
-  T* qkv = static_cast<T*>(p.scratch);
-  const int64_t L = p.len, tokens = p.num_seq * L, t0 = int64_t(blockIdx.x) * BM;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-
-  // 1. Request the tile's raw rows (straight into their SW128 places; rows past the end read as 0).
-  for (int r = threadIdx.x; r < BM; r += 256) xo[r] = t0 + r < tokens ? x_offset(p, (t0 + r) / L, (t0 + r) % L) : -1;
-  __syncthreads();
   for (int v = threadIdx.x; v < BM * CH; v += 256) {
     const int r = v / CH, k = (v % CH) * 8;
     const int64_t off = xo[r];
     cp_async16(A + sw128_index<BM>(r, k), off >= 0 ? x + off + k : x, off >= 0);
   }
   cp_async_commit();
+}
+
+template <class T, int D, int BM>
+__device__ __forceinline__ void layernorm_sw128(const PassParams& p, T* A) {
+  constexpr int NV = D / 64;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  float2 wr[NV], br[NV];  // this lane's LayerNorm weight and bias, loaded once
+#pragma unroll
+  for (int i = 0; i < NV; ++i) {
+    wr[i] = load2(static_cast<const T*>(p.ln_w) + 2 * lane + 64 * i);
+    br[i] = load2(static_cast<const T*>(p.ln_b) + 2 * lane + 64 * i);
+  }
+  for (int r = warp; r < BM; r += 8) {
+    float2 v[NV];
+#pragma unroll
+    for (int i = 0; i < NV; ++i) v[i] = load2(A + sw128_index<BM>(r, 2 * lane + 64 * i));
+    layernorm_row<T, D>(p, v, [&](int d, float a, float b) { store2(A + sw128_index<BM>(r, d), a, b); }, wr, br);
+  }
+  fence_proxy_async();
+}
+
+template <class T, int D>
+__global__ void __launch_bounds__(256) ln_qkv_sm90_kernel(const __grid_constant__ PassParams p) {
+#if AXIAL_FUSED_SM90
+  using C = QkvSm90<T, D>;
+  constexpr int BM = C::BM;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  int64_t* xo = reinterpret_cast<int64_t*>(smem_raw);  // BM row offsets into x
+  unsigned char* base = smem_raw + BM * sizeof(int64_t);
+  base += (1024 - (smem_u32(base) & 1023)) & 1023;
+  T* A = reinterpret_cast<T*>(base);
+  T* ws = reinterpret_cast<T*>(base + C::A_BYTES);
+  T* qkv = static_cast<T*>(p.scratch);
+  const int64_t L = p.len, tokens = p.num_seq * L, t0 = int64_t(blockIdx.x) * BM;
+
+  // 1. Request the tile's raw rows (straight into their SW128 places; rows past the end read as 0).
+  for (int r = threadIdx.x; r < BM; r += 256) xo[r] = t0 + r < tokens ? x_offset(p, (t0 + r) / L, (t0 + r) % L) : -1;
+  __syncthreads();
+  request_rows_sw128<T, D, BM>(p, A, xo);
   // 2. QKV product; its prologue normalises the rows in place while the first weight chunks load.
   auto normalise = [&] {
     cp_async_wait<C::S - 2>();  // the row group (older than the S - 2 weight groups) has landed
     __syncthreads();
-    float2 wr[NV], br[NV];  // this lane's LayerNorm weight and bias, loaded once
-#pragma unroll
-    for (int i = 0; i < NV; ++i) {
-      wr[i] = load2(static_cast<const T*>(p.ln_w) + 2 * lane + 64 * i);
-      br[i] = load2(static_cast<const T*>(p.ln_b) + 2 * lane + 64 * i);
-    }
-    for (int r = warp; r < BM; r += 8) {
-      float2 v[NV];
-#pragma unroll
-      for (int i = 0; i < NV; ++i) v[i] = load2(A + sw128_index<BM>(r, 2 * lane + 64 * i));
-      layernorm_row<T, D>(p, v, [&](int d, float a, float b) { store2(A + sw128_index<BM>(r, d), a, b); }, wr, br);
-    }
-    fence_proxy_async();
+    layernorm_sw128<T, D, BM>(p, A);
   };
   wg_gemm<T, C::WGM, C::WGN, C::BNW, C::N, D, C::S, true>(
       A, static_cast<const T*>(p.w_qkv), ws,

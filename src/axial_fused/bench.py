@@ -23,6 +23,8 @@ import time
 
 import torch
 
+from ._ext import PATHS
+
 SUITE = {  # name: (B, H, W, D, heads, dtype)
     "seed_fp32": (4, 32, 32, 64, 4, "float32"),
     "seed": (4, 32, 32, 64, 4, "bfloat16"),
@@ -198,7 +200,7 @@ def main(argv=None) -> int:
     ap.add_argument("--peers", default=",".join(PEERS), help=f"comma list of {', '.join(PEERS)}")
     ap.add_argument("--json", default="bench.json", help="write results here ('' to skip)")
     ap.add_argument("--png", default="", help="write a bar chart here (needs matplotlib)")
-    ap.add_argument("--path", default="auto", choices=["auto", "fused", "two_kernel", "fused_sm90"],
+    ap.add_argument("--path", default="auto", choices=list(PATHS),
                     help="force the kernel path of ours (default: the automatic choice; fused_sm90: the experimental "
                          "Hopper head-looped kernel, head_dim 32 and lengths <= 128 only)")
     args = ap.parse_args(argv)
@@ -217,7 +219,7 @@ def main(argv=None) -> int:
     for p in peers:
         if p not in PEERS:
             ap.error(f"unknown peer {p!r}; choose from {', '.join(PEERS)}")
-    af._ext.C.set_path_override({"auto": -1, "fused": 0, "two_kernel": 1, "fused_sm90": 2}[args.path])
+    af._ext.C.set_path_override(af._ext.PATHS[args.path])
     ceil = measure_ceilings()
     print(f"GPU {torch.cuda.get_device_name()}, torch {torch.__version__}: copy {ceil['bandwidth_Bps'] / 1e12:.2f} TB/s, "
           f"bf16 matmul {ceil['bf16_flops'] / 1e12:.0f} TFLOP/s")
