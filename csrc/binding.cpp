@@ -80,6 +80,11 @@ std::atomic<int> g_path_override{-1};
 // queries are better spread over several blocks (two-kernel path).
 std::atomic<int> g_fused_max_rows{128};
 
+// The specializations fused_sm90_kernel exists for (FusedSm90<T, D, HEADS>::SERVED).
+bool hopper_fused_serves(const SpecInfo* spec) {
+  return spec->dtype != kFloat32 && spec->dim / spec->heads == 32 && spec->heads % 2 == 0 && spec->dim <= 256;
+}
+
 struct Plan {
   int path;
   int group;
@@ -98,10 +103,10 @@ Plan plan_pass(const SpecInfo* spec, int64_t num_seq, int len, int math, int dev
   const int forced = g_path_override.load();
   if (forced == kPathFusedSm90) {
     // Experimental, forced only: the Hopper head-looped kernel (one block of 128 token rows).
-    TORCH_CHECK(dev.arch == 90 && built_with_sm90a() && spec->dtype != kFloat32 && spec->dim / spec->heads == 32 &&
-                    len <= 128,
-                "axial_fused: the Hopper fused path was forced but needs sm_90a, float16/bfloat16, head_dim 32 and "
-                "length <= 128; got sm_", dev.arch, ", dim ", spec->dim, ", heads ", spec->heads, ", length ", len);
+    TORCH_CHECK(dev.arch == 90 && built_with_sm90a() && hopper_fused_serves(spec) && len <= 128,
+                "axial_fused: the Hopper fused path was forced but needs sm_90a, float16/bfloat16, head_dim 32, an "
+                "even number of heads, dim <= 256 and length <= 128; got sm_", dev.arch, ", dim ", spec->dim,
+                ", heads ", spec->heads, ", length ", len);
     const int64_t by_sms = num_seq / std::max(dev.sms, 1);
     return {kPathFusedSm90, int(std::max<int64_t>(1, std::min<int64_t>(128 / len, by_sms)))};
   }

@@ -120,6 +120,11 @@ __device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&acc)[R]
   a[3] = pack2_u32<T>(acc[4 * j + 6], acc[4 * j + 7]);
 }
 
+// Barrier over the 128 threads of warpgroup wg alone (named barrier 1 + wg; 0 is __syncthreads).
+__device__ __forceinline__ void warpgroup_sync(int wg) {
+  asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
+}
+
 template <class T, int D, int HEADS>
 struct FusedSm90 {
   static constexpr int HD = D / HEADS, BM = 128, KC = D / 64, NQKV = 3 * HD;
@@ -129,18 +134,18 @@ struct FusedSm90 {
   static constexpr size_t V_BYTES = size_t(HD) * BM * 2;       // one head's values, transposed, SW128
   static constexpr size_t STAGE = size_t(NQKV) * 128;          // 96 weight rows x 64 columns
   static constexpr size_t OFFS = 2 * BM * sizeof(int64_t);
-  static constexpr size_t FIXED = 1024 + OFFS + A_BYTES + O_BYTES + K_BYTES + V_BYTES;
-  // Weight ring stages: as many as the rest of the 227 KB holds, 4 to 8 (S - 2 chunks load while one
-  // is multiplied; each block streams every head's 96 weight rows from L2, so depth hides latency).
-  static constexpr int S_FIT = int((227 * 1024 - FIXED) / STAGE);
-  static constexpr int S = S_FIT > 8 ? 8 : S_FIT;
-  static constexpr size_t RING = S * STAGE;
+  // Each warpgroup has its own keys, values and weight ring (it runs its own heads).
+  static constexpr size_t FIXED = 1024 + OFFS + A_BYTES + O_BYTES + 2 * (K_BYTES + V_BYTES);
+  // Weight ring stages per warpgroup: as many as the rest of the 227 KB holds, 2 to 4.
+  static constexpr int SW_FIT = FIXED < 227 * 1024 ? int((227 * 1024 - FIXED) / (2 * STAGE)) : 0;
+  static constexpr int SW = SW_FIT > 4 ? 4 : SW_FIT;
+  static constexpr size_t RING = 2 * SW * STAGE;
   static constexpr int OUT_S = int(RING / (64 * 128)) < 6 ? int(RING / (64 * 128)) : 6;  // out-proj stages of 64 rows
   static constexpr size_t SMEM = FIXED + RING;
-  static_assert(S >= 4, "Hopper fused kernel: room for at least 4 weight stages");
-  static_assert(HD == 32, "the Hopper fused kernel is written for head_dim 32");
-  static_assert(SMEM <= 227 * 1024, "Hopper fused kernel: shared memory");
-  static_assert(STAGE % 1024 == 0 && K_BYTES % 1024 == 0 && V_BYTES % 1024 == 0 && A_BYTES % 1024 == 0,
+  // Where the kernel exists: head_dim 32, an even number of heads (the two warpgroups split them), D <= 256
+  // (the LayerNorm and output tiles stay resident); plan_pass checks the same.
+  static constexpr bool SERVED = HD == 32 && HEADS % 2 == 0 && D <= 256 && SW >= 2 && OUT_S >= 3;
+  static_assert(!SERVED || (STAGE % 1024 == 0 && K_BYTES % 1024 == 0 && V_BYTES % 1024 == 0 && A_BYTES % 1024 == 0),
                 "1024-byte aligned operand tiles");
 };
 
@@ -148,8 +153,9 @@ template <class T, int D, int HEADS>
 __global__ void __launch_bounds__(256, 1) fused_sm90_kernel(const __grid_constant__ PassParams p) {
 #if AXIAL_FUSED_SM90
   using C = FusedSm90<T, D, HEADS>;
-  constexpr int BM = C::BM, HD = C::HD, KC = C::KC, S = C::S;
-  constexpr int ITERS = HEADS * KC;
+  static_assert(C::SERVED, "fused_sm90_kernel instantiated for a configuration it does not serve");
+  constexpr int BM = C::BM, HD = C::HD, KC = C::KC, SW = C::SW;
+  constexpr int NJ = HEADS / 2 * KC;  // weight chunks per warpgroup
   extern __shared__ __align__(16) unsigned char smem_raw[];
   int64_t* xo = reinterpret_cast<int64_t*>(smem_raw);  // BM row offsets into x (-1: no token)
   int64_t* oo = xo + BM;                               // BM row offsets into out
@@ -157,15 +163,17 @@ __global__ void __launch_bounds__(256, 1) fused_sm90_kernel(const __grid_constan
   base += (1024 - (smem_u32(base) & 1023)) & 1023;
   T* A = reinterpret_cast<T*>(base);
   T* O = reinterpret_cast<T*>(base + C::A_BYTES);
-  T* Ks = reinterpret_cast<T*>(base + C::A_BYTES + C::O_BYTES);
-  T* Vt = reinterpret_cast<T*>(base + C::A_BYTES + C::O_BYTES + C::K_BYTES);
-  T* ring = reinterpret_cast<T*>(base + C::A_BYTES + C::O_BYTES + C::K_BYTES + C::V_BYTES);
+  unsigned char* own = base + C::A_BYTES + C::O_BYTES;  // per warpgroup: Ks, Vt
+  T* ring = reinterpret_cast<T*>(own + 2 * (C::K_BYTES + C::V_BYTES));
   const T* wqkv = static_cast<const T*>(p.w_qkv);
 
-  const int L = p.len, tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
+  const int L = p.len, tid = threadIdx.x, wg = tid >> 7, wtid = tid & 127, warp = (tid >> 5) & 3, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
   const int64_t s0 = int64_t(blockIdx.x) * p.group;
   const int rows = int(p.num_seq - s0 < p.group ? p.num_seq - s0 : p.group) * L;
+  T* Ks = reinterpret_cast<T*>(own + wg * (C::K_BYTES + C::V_BYTES));
+  T* Vt = reinterpret_cast<T*>(own + wg * (C::K_BYTES + C::V_BYTES) + C::K_BYTES);
+  char* wring = reinterpret_cast<char*>(ring) + wg * SW * C::STAGE;
 
   // 1. Row offsets, then the raw rows straight into their SW128 places (rows past `rows` read as 0).
   for (int r = tid; r < BM; r += 256) {
@@ -176,13 +184,13 @@ __global__ void __launch_bounds__(256, 1) fused_sm90_kernel(const __grid_constan
   __syncthreads();
   request_rows_sw128<T, D, BM>(p, A, xo);
 
-  // The QKV weight ring: iteration it = h * KC + kc holds head h's 96 rows (q, k, v of the head)
-  // x columns [64 kc, 64 kc + 64), SW128; refilled S - 2 iterations ahead, across heads.
-  auto load = [&](int it) {
-    if (it < ITERS) {
-      const int h = it / KC, k0 = (it % KC) * 64;
-      char* dst = reinterpret_cast<char*>(ring) + (it % S) * C::STAGE;
-      for (int v = tid; v < C::NQKV * 8; v += 256) {
+  // This warpgroup's QKV weight ring: its j-th chunk (j = i * KC + kc) holds head h = 2 i + wg's 96
+  // rows (q, k, v of the head) x columns [64 kc, 64 kc + 64), SW128; SW - 1 chunks run ahead, across heads.
+  auto load = [&](int j) {
+    if (j < NJ) {
+      const int h = 2 * (j / KC) + wg, k0 = (j % KC) * 64;
+      char* dst = wring + (j % SW) * C::STAGE;
+      for (int v = wtid; v < C::NQKV * 8; v += 128) {
         const int r = v >> 3, c = v & 7, part = r / HD;  // part 0: q, 1: k, 2: v
         const int64_t src_row = int64_t(part) * D + h * HD + (r - part * HD);
         cp_async16(dst + r * 128 + ((c ^ (r & 7)) << 4), wqkv + src_row * D + k0 + c * 8, true);
@@ -191,157 +199,171 @@ __global__ void __launch_bounds__(256, 1) fused_sm90_kernel(const __grid_constan
     cp_async_commit();
   };
 #pragma unroll
-  for (int s = 0; s < S - 2; ++s) load(s);
+  for (int s = 0; s < SW - 1; ++s) load(s);
 
-  // LayerNorm in place, once the rows (older than the S - 2 weight groups) have landed.
-  cp_async_wait<S - 2>();
+  // LayerNorm in place (all 256 threads), once the rows (older than the SW - 1 weight groups) have landed.
+  cp_async_wait<SW - 1>();
   __syncthreads();
   layernorm_sw128<T, D, BM>(p, A);
+  __syncthreads();
 
-  // This thread's accumulator rows (block-local tokens) and, for the mask, their sequences' key ranges.
-  const int r0 = wg * 64 + warp * 16 + g, r1 = r0 + 8;
-  int lo[2], hi[2];
-  {
-    const int q0 = r0 < rows ? r0 : rows - 1, q1 = r1 < rows ? r1 : rows - 1;
-    lo[0] = q0 / L * L;
-    lo[1] = q1 / L * L;
-    hi[0] = lo[0] + L;
-    hi[1] = lo[1] + L;
-  }
-  const bool unmasked = lo[0] == 0 && lo[1] == 0 && hi[0] >= BM && hi[1] >= BM;  // one full 128-token sequence
-  const uint32_t a_base = smem_u32(A) + wg * 64 * 128, ring_base = smem_u32(ring);
-  const uint32_t k_base = smem_u32(Ks), v_base = smem_u32(Vt);
+  const uint32_t a_base = smem_u32(A), k_base = smem_u32(Ks), v_base = smem_u32(Vt), w_base = smem_u32(wring);
+  const bool unmasked = L == BM;  // one full 128-token sequence
   const float nan = __int_as_float(0x7fffffff);
 
-  for (int h = 0; h < HEADS; ++h) {
-    // 2a. q/k/v of head h for the block's 128 tokens (this warpgroup: rows 64 wg .. 64 wg + 63).
-    float acc[48];
+  // 2. The two warpgroups take alternate heads and run independently (their own barriers), so one's
+  // softmax overlaps the other's products. Each computes its head for all 128 rows: q/k/v (two m64
+  // accumulators), then attention for rows 0-63 and 64-127 in turn.
+  for (int i = 0; i < HEADS / 2; ++i) {
+    const int h = 2 * i + wg;
+    float acc[2][48];
 #pragma unroll
-    for (int i = 0; i < 48; ++i) acc[i] = 0.f;
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+      for (int e = 0; e < 48; ++e) acc[m][e] = 0.f;
     for (int kc = 0; kc < KC; ++kc) {
-      const int it = h * KC + kc;
-      cp_async_wait<S - 3>();
+      const int j = i * KC + kc;
+      cp_async_wait<SW - 2>();  // this thread's copies of chunk j have landed
       fence_proxy_async();
-      __syncthreads();  // chunk `it` visible; wgmma(it - 2) done; the previous head's Ks/Vt reads done
-      load(it + S - 2);
+      warpgroup_sync(wg);  // everyone's have; this warpgroup's wgmma(j - 1) and its previous head's Ks/Vt reads are done
+      load(j + SW - 1);    // into the stage chunk j - 1 used
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
-        Wgmma<T, 96>::mma(acc, sw128_desc(a_base + kc * BM * 128 + kk * 32),
-                          sw128_desc(ring_base + (it % S) * C::STAGE + kk * 32), kc > 0 || kk > 0);
+        const uint64_t b = sw128_desc(w_base + (j % SW) * C::STAGE + kk * 32);
+#pragma unroll
+        for (int m = 0; m < 2; ++m)
+          Wgmma<T, 96>::mma(acc[m], sw128_desc(a_base + m * 64 * 128 + kc * BM * 128 + kk * 32), b, kc > 0 || kk > 0);
       }
       wgmma_commit();
-      wgmma_wait<1>();
+      wgmma_wait<0>();
     }
-    wgmma_wait<0>();
-    fence_regs(acc);
+    fence_regs(acc[0]);
+    fence_regs(acc[1]);
 
-    // 2b. q -> A fragments; k -> Ks (SW128, columns 0-31); v -> Vt (transposed, SW128). Accumulator block j holds
-    // columns 8j..8j+7 of [q | k | v]: j 0-3 q, 4-7 k, 8-11 v.
-    uint32_t qa[2][4];
-    acc_to_a<T>(qa[0], acc, 0, 0);
-    acc_to_a<T>(qa[1], acc, 0, 1);
+    // 2b. q -> A fragments; k -> Ks (SW128, columns 0-31); v -> Vt (transposed, SW128). Accumulator block j
+    // holds columns 8j..8j+7 of [q | k | v]: j 0-3 q, 4-7 k, 8-11 v.
+    uint32_t qa[2][2][4];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int c = 8 * j + 2 * t;
+    for (int m = 0; m < 2; ++m) {
+      acc_to_a<T>(qa[m][0], acc[m], 0, 0);
+      acc_to_a<T>(qa[m][1], acc[m], 0, 1);
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int r = half ? r1 : r0;
-        float k0 = acc[4 * (4 + j) + 2 * half], k1 = acc[4 * (4 + j) + 2 * half + 1];
-        float v0 = acc[4 * (8 + j) + 2 * half], v1 = acc[4 * (8 + j) + 2 * half + 1];
-        // NaN/Inf isolation between packed sequences (as fused_pass_kernel): a non-finite v pair
-        // becomes 0 and its k pair NaN, so the token's own sequence still gets NaN scores while the
-        // others mask a NaN score to -inf and multiply p = 0 by a finite 0.
-        if (p.group > 1 && !(isfinite(v0) && isfinite(v1))) {
-          v0 = v1 = 0.f;
-          k0 = k1 = nan;
+      for (int jb = 0; jb < 4; ++jb) {
+        const int c = 8 * jb + 2 * t;
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int r = 64 * m + warp * 16 + g + 8 * half;
+          float k0 = acc[m][4 * (4 + jb) + 2 * half], k1 = acc[m][4 * (4 + jb) + 2 * half + 1];
+          float v0 = acc[m][4 * (8 + jb) + 2 * half], v1 = acc[m][4 * (8 + jb) + 2 * half + 1];
+          // NaN/Inf isolation between packed sequences (as fused_pass_kernel): a non-finite v pair
+          // becomes 0 and its k pair NaN, so the token's own sequence still gets NaN scores while the
+          // others mask a NaN score to -inf and multiply p = 0 by a finite 0.
+          if (p.group > 1 && !(isfinite(v0) && isfinite(v1))) {
+            v0 = v1 = 0.f;
+            k0 = k1 = nan;
+          }
+          store2(Ks + sw128_index<BM>(r, c), k0, k1);
+          // v transposed: two scalar stores, (head column c, key r) and (c + 1, r).
+          const typename Pack2<T>::type vp = Pack2<T>::make(v0, v1);
+          Vt[sw128_index<HD>(c, r)] = vp.x;
+          Vt[sw128_index<HD>(c + 1, r)] = vp.y;
         }
-        store2(Ks + sw128_index<BM>(r, c), k0, k1);
-        // v transposed: two scalar stores, (head column c, key r) and (c + 1, r).
-        const typename Pack2<T>::type vp = Pack2<T>::make(v0, v1);
-        Vt[sw128_index<HD>(c, r)] = vp.x;
-        Vt[sw128_index<HD>(c + 1, r)] = vp.y;
       }
     }
     fence_proxy_async();
-    __syncthreads();  // all 128 keys of the head are in Ks / Vt
+    warpgroup_sync(wg);  // all 128 keys of the head are in Ks / Vt
 
-    // 2c. S = q k^T over the block's 128 keys.
-    float s[64];
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < 2; ++kk) WgmmaRS<T, 128>::mma(s, qa[kk], sw128_desc(k_base + kk * 32), kk > 0);
-    wgmma_commit();
-    wgmma_wait<0>();
-    keep_regs(qa);
-    fence_regs(s);
+#pragma unroll 1
+    for (int m = 0; m < 2; ++m) {
+      // This thread's rows (block-local tokens) and, for the mask, their sequences' first keys.
+      const int r0 = 64 * m + warp * 16 + g, r1 = r0 + 8;
+      const int lo0 = (r0 < rows ? r0 : rows - 1) / L * L, lo1 = (r1 < rows ? r1 : rows - 1) / L * L;
 
-    // 2d. Masked softmax of whole rows (a row's 128 scores live in the 4 threads of a quad).
-    if (!unmasked) {
+      // 2c. S = q k^T over the block's 128 keys (q selected element-wise: a runtime index into qa
+      // would put it in local memory).
+      uint32_t q[2][4];
 #pragma unroll
-      for (int j = 0; j < 16; ++j) {
+      for (int kk = 0; kk < 2; ++kk)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int key = 8 * j + 2 * t + (e & 1), hr = e >> 1;
-          if (key < lo[hr] || key >= hi[hr] || key >= rows) s[4 * j + e] = -INFINITY;
+        for (int e = 0; e < 4; ++e) q[kk][e] = m ? qa[1][kk][e] : qa[0][kk][e];
+      float s[64];
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk) WgmmaRS<T, 128>::mma(s, q[kk], sw128_desc(k_base + kk * 32), kk > 0);
+      wgmma_commit();
+      wgmma_wait<0>();
+      keep_regs(q);
+      fence_regs(s);
+
+      // 2d. Masked softmax of whole rows (a row's 128 scores live in the 4 threads of a quad): a key
+      // counts only inside its row's sequence, [lo, lo + L).
+      if (!unmasked) {
+#pragma unroll
+        for (int jb = 0; jb < 16; ++jb) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int key = 8 * jb + 2 * t + (e & 1);
+            if (unsigned(key - ((e >> 1) ? lo1 : lo0)) >= unsigned(L)) s[4 * jb + e] = -INFINITY;
+          }
         }
       }
-    }
-    float mx[2] = {-INFINITY, -INFINITY}, sum[2] = {0.f, 0.f};
+      float mx[2] = {-INFINITY, -INFINITY}, sum[2] = {0.f, 0.f};
 #pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      mx[0] = fmaxf(mx[0], fmaxf(s[4 * j], s[4 * j + 1]));
-      mx[1] = fmaxf(mx[1], fmaxf(s[4 * j + 2], s[4 * j + 3]));
-    }
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
-      mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
-      mx[hr] = mx[hr] == -INFINITY ? 0.f : mx[hr] * p.scale_log2;
-    }
-#pragma unroll
-    for (int j = 0; j < 16; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[4 * j + e] = exp2_ftz(fmaf(s[4 * j + e], p.scale_log2, -mx[e >> 1]));
-        sum[e >> 1] += s[4 * j + e];
+      for (int jb = 0; jb < 16; ++jb) {
+        mx[0] = fmaxf(mx[0], fmaxf(s[4 * jb], s[4 * jb + 1]));
+        mx[1] = fmaxf(mx[1], fmaxf(s[4 * jb + 2], s[4 * jb + 3]));
       }
-    }
 #pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      sum[hr] += __shfl_xor_sync(0xffffffffu, sum[hr], 1);
-      sum[hr] += __shfl_xor_sync(0xffffffffu, sum[hr], 2);
-    }
+      for (int hr = 0; hr < 2; ++hr) {
+        mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
+        mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
+        mx[hr] = mx[hr] == -INFINITY ? 0.f : mx[hr] * p.scale_log2;
+      }
+#pragma unroll
+      for (int jb = 0; jb < 16; ++jb) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          s[4 * jb + e] = exp2_ftz(fmaf(s[4 * jb + e], p.scale_log2, -mx[e >> 1]));
+          sum[e >> 1] += s[4 * jb + e];
+        }
+      }
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        sum[hr] += __shfl_xor_sync(0xffffffffu, sum[hr], 1);
+        sum[hr] += __shfl_xor_sync(0xffffffffu, sum[hr], 2);
+      }
 
-    // 2e. O_h = P V (P from registers, 8 k-steps of 16 keys; Vt: N = 32 head columns, K = keys).
-    // All eight fragments are built before the products start: an asynchronous wgmma reads its A
-    // registers until it retires, so none may be rewritten in between.
-    uint32_t pa[8][4];
+      // 2e. O_h = P V (P from registers, 8 k-steps of 16 keys; Vt: N = 32 head columns, K = keys).
+      // All eight fragments are built before the products start: an asynchronous wgmma reads its A
+      // registers until it retires, so none may be rewritten in between.
+      uint32_t pa[8][4];
 #pragma unroll
-    for (int kk = 0; kk < 8; ++kk) acc_to_a<T>(pa[kk], s, 0, kk);
-    float o[16];
+      for (int kk = 0; kk < 8; ++kk) acc_to_a<T>(pa[kk], s, 0, kk);
+      float o[16];
 #pragma unroll
-    for (int i = 0; i < 16; ++i) o[i] = 0.f;
-    wgmma_fence();
+      for (int e = 0; e < 16; ++e) o[e] = 0.f;
+      wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < 8; ++kk)
-      WgmmaRS<T, 32>::mma(o, pa[kk], sw128_desc(v_base + (kk >> 2) * HD * 128 + (kk & 3) * 32), kk > 0);
-    wgmma_commit();
-    wgmma_wait<0>();
-    keep_regs(pa);
-    fence_regs(o);
+      for (int kk = 0; kk < 8; ++kk)
+        WgmmaRS<T, 32>::mma(o, pa[kk], sw128_desc(v_base + (kk >> 2) * HD * 128 + (kk & 3) * 32), kk > 0);
+      wgmma_commit();
+      wgmma_wait<0>();
+      keep_regs(pa);
+      fence_regs(o);
 
-    // 2f. O_h / rowsum into the O tile (columns h * 32 ..), the A operand of the output projection.
-    const float inv0 = 1.f / sum[0], inv1 = 1.f / sum[1];
+      // 2f. O_h / rowsum into the O tile (columns h * 32 ..), the A operand of the output projection.
+      const float inv0 = 1.f / sum[0], inv1 = 1.f / sum[1];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int c = h * HD + 8 * j + 2 * t;
-      store2(O + sw128_index<BM>(r0, c), o[4 * j] * inv0, o[4 * j + 1] * inv0);
-      store2(O + sw128_index<BM>(r1, c), o[4 * j + 2] * inv1, o[4 * j + 3] * inv1);
+      for (int jb = 0; jb < 4; ++jb) {
+        const int c = h * HD + 8 * jb + 2 * t;
+        store2(O + sw128_index<BM>(r0, c), o[4 * jb] * inv0, o[4 * jb + 1] * inv0);
+        store2(O + sw128_index<BM>(r1, c), o[4 * jb + 2] * inv1, o[4 * jb + 3] * inv1);
+      }
     }
   }
 
-  // 3. out = O @ W_out^T + bias + x, through the same ring (all its QKV chunks are consumed).
+  // 3. out = O @ W_out^T + bias + x, through both rings (all their QKV chunks are consumed).
   cp_async_wait<0>();
   fence_proxy_async();
   __syncthreads();

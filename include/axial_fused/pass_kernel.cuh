@@ -722,7 +722,7 @@ struct Spec {
   static cudaError_t run(const PassParams& p, cudaStream_t stream) {
     using Tr = Traits<T, M, D, HEADS>;
     if (p.path == kPathFusedSm90) {
-      if constexpr (M == Mma::Tc16 && D / HEADS == 32) {
+      if constexpr (M == Mma::Tc16 && FusedSm90<T, D, HEADS>::SERVED) {
         if (p.arch == 90)
           return launch_with_smem<fused_sm90_kernel<T, D, HEADS>>((p.num_seq + p.group - 1) / p.group, 256,
                                                                    FusedSm90<T, D, HEADS>::SMEM, stream, p);
