@@ -7,6 +7,8 @@ Install-time options (environment variables):
   AXIAL_FUSED_NO_CUDA  "1": build without the CUDA extension, the PyTorch reference path only (for a
                        machine without a CUDA toolkit; the package says so at import and in
                        `python -m axial_fused.info`). Without it, a missing toolkit stops the build.
+  AXIAL_FUSED_NVCC_FLAGS  extra nvcc flags, for kernel experiments (e.g. "-DAXIAL_FUSED_PHASE_CLOCK":
+                       the Hopper fused kernel prints per-phase clock counts of its first blocks)
   MAX_JOBS             parallel compile jobs (ninja)
   CUDA_HOME            the CUDA toolkit root (the folder holding bin/nvcc and lib/)
 
@@ -111,7 +113,7 @@ def cuda_extension(torch):
         extra_compile_args={
             "cxx": ["-O3", "-std=c++20"] + defines,
             "nvcc": ["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-Xptxas=--warn-on-spills",
-                     "-lineinfo"] + gencode + defines,
+                     "-lineinfo"] + gencode + defines + shlex.split(os.environ.get("AXIAL_FUSED_NVCC_FLAGS", "")),
         },
         extra_link_args=link,
     )

@@ -120,6 +120,21 @@ __device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&acc)[R]
   a[3] = pack2_u32<T>(acc[4 * j + 6], acc[4 * j + 7]);
 }
 
+// Development aid: with -DAXIAL_FUSED_PHASE_CLOCK (AXIAL_FUSED_NVCC_FLAGS) each warpgroup of the first
+// two blocks prints the clock cycles it spent in each phase of the kernel.
+#ifdef AXIAL_FUSED_PHASE_CLOCK
+#define AXIAL_PHASE(i)                 \
+  do {                                 \
+    const long long now_ = clock64();  \
+    phase_[i] += now_ - phase_last_;   \
+    phase_last_ = now_;                \
+  } while (0)
+#else
+#define AXIAL_PHASE(i) \
+  do {                 \
+  } while (0)
+#endif
+
 // Barrier over the 128 threads of warpgroup wg alone (named barrier 1 + wg; 0 is __syncthreads).
 __device__ __forceinline__ void warpgroup_sync(int wg) {
   asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
@@ -156,6 +171,9 @@ __global__ void __launch_bounds__(256, 1) fused_sm90_kernel(const __grid_constan
   static_assert(C::SERVED, "fused_sm90_kernel instantiated for a configuration it does not serve");
   constexpr int BM = C::BM, HD = C::HD, KC = C::KC, SW = C::SW;
   constexpr int NJ = HEADS / 2 * KC;  // weight chunks per warpgroup
+#ifdef AXIAL_FUSED_PHASE_CLOCK
+  long long phase_[9] = {}, phase_last_ = clock64();
+#endif
   extern __shared__ __align__(16) unsigned char smem_raw[];
   int64_t* xo = reinterpret_cast<int64_t*>(smem_raw);  // BM row offsets into x (-1: no token)
   int64_t* oo = xo + BM;                               // BM row offsets into out
@@ -201,11 +219,13 @@ __global__ void __launch_bounds__(256, 1) fused_sm90_kernel(const __grid_constan
 #pragma unroll
   for (int s = 0; s < SW - 1; ++s) load(s);
 
+  AXIAL_PHASE(0);
   // LayerNorm in place (all 256 threads), once the rows (older than the SW - 1 weight groups) have landed.
   cp_async_wait<SW - 1>();
   __syncthreads();
   layernorm_sw128<T, D, BM>(p, A);
   __syncthreads();
+  AXIAL_PHASE(1);
 
   const uint32_t a_base = smem_u32(A), k_base = smem_u32(Ks), v_base = smem_u32(Vt), w_base = smem_u32(wring);
   const bool unmasked = L == BM;  // one full 128-token sequence
@@ -240,6 +260,7 @@ __global__ void __launch_bounds__(256, 1) fused_sm90_kernel(const __grid_constan
     }
     fence_regs(acc[0]);
     fence_regs(acc[1]);
+    AXIAL_PHASE(2);
 
     // 2b. q -> A fragments; k -> Ks (SW128, columns 0-31); v -> Vt (transposed, SW128). Accumulator block j
     // holds columns 8j..8j+7 of [q | k | v]: j 0-3 q, 4-7 k, 8-11 v.
@@ -273,6 +294,7 @@ __global__ void __launch_bounds__(256, 1) fused_sm90_kernel(const __grid_constan
     }
     fence_proxy_async();
     warpgroup_sync(wg);  // all 128 keys of the head are in Ks / Vt
+    AXIAL_PHASE(3);
 
 #pragma unroll 1
     for (int m = 0; m < 2; ++m) {
@@ -295,6 +317,7 @@ __global__ void __launch_bounds__(256, 1) fused_sm90_kernel(const __grid_constan
       wgmma_wait<0>();
       keep_regs(q);
       fence_regs(s);
+      AXIAL_PHASE(4);
 
       // 2d. Masked softmax of whole rows (a row's 128 scores live in the 4 threads of a quad): a key
       // counts only inside its row's sequence, [lo, lo + L).
@@ -334,6 +357,7 @@ __global__ void __launch_bounds__(256, 1) fused_sm90_kernel(const __grid_constan
         sum[hr] += __shfl_xor_sync(0xffffffffu, sum[hr], 2);
       }
 
+      AXIAL_PHASE(5);
       // 2e. O_h = P V (P from registers, 8 k-steps of 16 keys; Vt: N = 32 head columns, K = keys).
       // All eight fragments are built before the products start: an asynchronous wgmma reads its A
       // registers until it retires, so none may be rewritten in between.
@@ -360,6 +384,7 @@ __global__ void __launch_bounds__(256, 1) fused_sm90_kernel(const __grid_constan
         store2(O + sw128_index<BM>(r0, c), o[4 * jb] * inv0, o[4 * jb + 1] * inv0);
         store2(O + sw128_index<BM>(r1, c), o[4 * jb + 2] * inv1, o[4 * jb + 3] * inv1);
       }
+      AXIAL_PHASE(6);
     }
   }
 
@@ -367,7 +392,15 @@ __global__ void __launch_bounds__(256, 1) fused_sm90_kernel(const __grid_constan
   cp_async_wait<0>();
   fence_proxy_async();
   __syncthreads();
+  AXIAL_PHASE(7);
   wg_gemm<T, 2, 1, 64, D, D, C::OUT_S>(O, static_cast<const T*>(p.w_out), ring, OutEpilogue<T>(p, xo, oo), [] {});
+#ifdef AXIAL_FUSED_PHASE_CLOCK
+  AXIAL_PHASE(8);
+  if (blockIdx.x < 2 && wtid == 0)
+    printf("phase clocks block %d wg %d: rows %lld ln %lld qkv %lld kv %lld s %lld softmax %lld pv %lld sync %lld out %lld\n",
+           int(blockIdx.x), wg, phase_[0], phase_[1], phase_[2], phase_[3], phase_[4], phase_[5], phase_[6], phase_[7],
+           phase_[8]);
+#endif
 #else
   __trap();
 #endif

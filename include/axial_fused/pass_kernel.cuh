@@ -356,6 +356,19 @@ struct OutEpilogue {
     const float2 bv = load2(bias + c);
     store2(out + oo[r] + c, a + bv.x + res.x, b + bv.y + res.y);
   }
+  // The same in two steps, for wg_gemm to issue every load of a tile before its products finish:
+  // out may alias x (the in-place column pass), so a compiler cannot hoist a load above an earlier
+  // store itself, and each pair would wait out a global load's latency in turn.
+  __device__ __forceinline__ float2 addend(int r, int c) const {
+    const int64_t xr = xo[r];
+    if (xr < 0) return make_float2(0.f, 0.f);
+    const float2 res = load2(x + xr + c);
+    const float2 bv = load2(bias + c);
+    return make_float2(res.x + bv.x, res.y + bv.y);
+  }
+  __device__ __forceinline__ void store(int r, int c, float a, float b, float2 add) const {
+    if (xo[r] >= 0) store2(out + oo[r] + c, a + add.x, b + add.y);
+  }
 };
 
 // Output projection of the BM x D attention output in `os` + bias + residual, rows addressed by the
@@ -519,11 +532,20 @@ __device__ __forceinline__ void layernorm_sw128(const PassParams& p, T* A) {
     wr[i] = load2(static_cast<const T*>(p.ln_w) + 2 * lane + 64 * i);
     br[i] = load2(static_cast<const T*>(p.ln_b) + 2 * lane + 64 * i);
   }
-  for (int r = warp; r < BM; r += 8) {
-    float2 v[NV];
+  // R rows per step, all loaded before any is normalised: their reductions (shuffle chains) are
+  // independent, so they overlap instead of paying each chain's latency in turn.
+  constexpr int R = NV <= 4 ? 4 : 2;
+  static_assert(BM % (8 * R) == 0, "rows per warp a multiple of R");
+  for (int r0 = warp * R; r0 < BM; r0 += 8 * R) {
+    float2 v[R][NV];
 #pragma unroll
-    for (int i = 0; i < NV; ++i) v[i] = load2(A + sw128_index<BM>(r, 2 * lane + 64 * i));
-    layernorm_row<T, D>(p, v, [&](int d, float a, float b) { store2(A + sw128_index<BM>(r, d), a, b); }, wr, br);
+    for (int j = 0; j < R; ++j)
+#pragma unroll
+      for (int i = 0; i < NV; ++i) v[j][i] = load2(A + sw128_index<BM>(r0 + j, 2 * lane + 64 * i));
+#pragma unroll
+    for (int j = 0; j < R; ++j)
+      layernorm_row<T, D>(p, v[j], [&](int d, float a, float b) { store2(A + sw128_index<BM>(r0 + j, d), a, b); },
+                          wr, br);
   }
   fence_proxy_async();
 }

@@ -14,6 +14,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cstdint>
+#include <type_traits>
+#include <utility>
 
 #include "axial_fused/warp_mma.cuh"
 
@@ -163,13 +165,21 @@ __device__ __forceinline__ uint4 quad_transpose(const float (&acc)[R], int jb, i
   return make_uint4(slot(0), slot(1), slot(2), slot(3));
 }
 
+// An epilogue with addend(r, c) -> float2 and store(r, c, y0, y1, addend): wg_gemm loads every addend
+// of a column chunk before that chunk's products (OutEpilogue: bias + residual).
+template <class E, class = void>
+struct HasAddend : std::false_type {};
+template <class E>
+struct HasAddend<E, std::void_t<decltype(std::declval<const E&>().addend(0, 0))>> : std::true_type {};
+
 // Y (BM x N) = A @ W^T with wgmma, for a block of WGM * WGN warpgroups (128 or 256 threads).
 //   A: BM x K, SW128 K-major in shared memory (1024-byte aligned), BM = 64 * WGM.
 //   W: N x K, row-major in global memory (an nn.Linear weight), streamed in chunks of CN = WGN * BNW
 //      rows x 64 columns through S >= 3 shared stages at `ws` (each CN x 64, SW128; 1024-aligned).
 // Warpgroup wg computes rows [64 (wg % WGM), +64) and chunk columns [BNW (wg / WGM), +BNW).
 // epi(row, col, y[row][col], y[row][col+1]) receives every pair; with VEC8, epi(row, col, uint4)
-// receives 8 consecutive outputs (col a multiple of 8) rounded to T, for 16-byte stores.
+// receives 8 consecutive outputs (col a multiple of 8) rounded to T, for 16-byte stores; an epilogue
+// with addend() (HasAddend) gets its addends loaded before each column chunk's products.
 // Pipeline: one wgmma group stays in flight across each barrier (wait_group 1), so a stage is
 // refilled two iterations after its use; S - 2 chunks are in flight while one is multiplied.
 // prologue() runs once the first S - 2 chunks are requested
@@ -202,7 +212,17 @@ __device__ __forceinline__ void wg_gemm(const T* A, const T* W, T* ws, Epi&& epi
 #pragma unroll
   for (int s = 0; s < S - 2; ++s) load(s);
   prologue();  // e.g. finish writing A while the first weight chunks are in flight
+  constexpr bool PREFETCH = HasAddend<std::decay_t<Epi>>::value;
+  float2 add[PREFETCH ? BNW / 8 : 1][2];
   for (int nc = 0; nc < N / CN; ++nc) {
+    if constexpr (PREFETCH) {  // the chunk's addends, in flight while its products run
+      const int n0 = nc * CN + wn * BNW, r0 = wm * 64 + warp * 16 + g;
+#pragma unroll
+      for (int j = 0; j < BNW / 8; ++j) {
+        add[j][0] = epi.addend(r0, n0 + j * 8 + 2 * t);
+        add[j][1] = epi.addend(r0 + 8, n0 + j * 8 + 2 * t);
+      }
+    }
     for (int kc = 0; kc < KC; ++kc) {
       const int it = nc * KC + kc;
       cp_async_wait<S - 3>();  // this thread's copies of chunk `it` have landed
@@ -226,6 +246,12 @@ __device__ __forceinline__ void wg_gemm(const T* A, const T* W, T* ws, Epi&& epi
       for (int jb = 0; jb < BNW / 8; jb += 4) {
         epi(r0, n0 + (jb + t) * 8, quad_transpose<T>(acc, jb, 0));
         epi(r0 + 8, n0 + (jb + t) * 8, quad_transpose<T>(acc, jb, 2));
+      }
+    } else if constexpr (PREFETCH) {
+#pragma unroll
+      for (int j = 0; j < BNW / 8; ++j) {
+        epi.store(r0, n0 + j * 8 + 2 * t, acc[4 * j], acc[4 * j + 1], add[j][0]);
+        epi.store(r0 + 8, n0 + j * 8 + 2 * t, acc[4 * j + 2], acc[4 * j + 3], add[j][1]);
       }
     } else {
 #pragma unroll
