@@ -79,10 +79,20 @@ std::atomic<int> g_path_override{-1};
 // Largest fused buffer (tokens per block) the automatic choice takes: beyond it, a sequence's
 // queries are better spread over several blocks (two-kernel path).
 std::atomic<int> g_fused_max_rows{128};
+// Shortest sequence the automatic choice gives the Hopper fused kernel (path 2) where it serves the
+// specialization; shorter ones stay on the fused mma.sync kernel, whose smaller blocks suit them.
+std::atomic<int> g_hopper_fused_min_len{32};
 
 // The specializations fused_sm90_kernel exists for (FusedSm90<T, D, HEADS>::SERVED).
 bool hopper_fused_serves(const SpecInfo* spec) {
   return spec->dtype != kFloat32 && spec->dim / spec->heads == 32 && spec->heads % 2 == 0 && spec->dim <= 256;
+}
+
+// Sequences per block of the Hopper fused kernel (128 token rows): as many as fit, but no fewer blocks
+// than SMs while there are sequences to spread.
+int hopper_group(int64_t num_seq, int len, int sms) {
+  const int64_t by_sms = num_seq / std::max(sms, 1);
+  return int(std::max<int64_t>(1, std::min<int64_t>(128 / len, by_sms)));
 }
 
 struct Plan {
@@ -102,13 +112,12 @@ Plan plan_pass(const SpecInfo* spec, int64_t num_seq, int len, int math, int dev
   const bool fits = rows <= 0x7fffffff && spec->fused_smem_bytes(int(rows), math) <= size_t(dev.smem_optin);
   const int forced = g_path_override.load();
   if (forced == kPathFusedSm90) {
-    // Experimental, forced only: the Hopper head-looped kernel (one block of 128 token rows).
+    // The Hopper head-looped kernel (one block of 128 token rows), forced at any length it serves.
     TORCH_CHECK(dev.arch == 90 && built_with_sm90a() && hopper_fused_serves(spec) && len <= 128,
                 "axial_fused: the Hopper fused path was forced but needs sm_90a, float16/bfloat16, head_dim 32, an "
                 "even number of heads, dim <= 256 and length <= 128; got sm_", dev.arch, ", dim ", spec->dim,
                 ", heads ", spec->heads, ", length ", len);
-    const int64_t by_sms = num_seq / std::max(dev.sms, 1);
-    return {kPathFusedSm90, int(std::max<int64_t>(1, std::min<int64_t>(128 / len, by_sms)))};
+    return {kPathFusedSm90, hopper_group(num_seq, len, dev.sms)};
   }
   if (forced == kPathFused) {
     TORCH_CHECK(fits, "axial_fused: the fused path was forced but ", len, " tokens of dim ", spec->dim,
@@ -116,6 +125,10 @@ Plan plan_pass(const SpecInfo* spec, int64_t num_seq, int len, int math, int dev
     return {kPathFused, group};
   }
   if (forced == kPathTwoKernel) return {kPathTwoKernel, 1};
+  if (dev.arch == 90 && built_with_sm90a() && hopper_fused_serves(spec) && len >= g_hopper_fused_min_len.load() &&
+      len <= 128) {
+    return {kPathFusedSm90, hopper_group(num_seq, len, dev.sms)};
+  }
   if (fits && rows <= g_fused_max_rows.load()) return {kPathFused, group};
   return {kPathTwoKernel, 1};
 }
@@ -481,7 +494,9 @@ PYBIND11_MODULE(_C, m) {
     return std::string(cudaGetErrorString(e));
   });
   m.def("set_path_override", [](int path) { g_path_override.store(path); },
-        "force a path for tests and benchmarks: -1 automatic, 0 fused, 1 two-kernel, 2 Hopper fused (experimental)");
+        "force a path for tests and benchmarks: -1 automatic, 0 fused, 1 two-kernel, 2 Hopper fused");
+  m.def("set_hopper_fused_min_len", [](int len) { g_hopper_fused_min_len.store(len); },
+        "shortest sequence the automatic choice gives the Hopper fused kernel (default 32)");
   m.def("set_fused_max_rows", [](int rows) { g_fused_max_rows.store(rows); },
         "largest fused buffer (tokens per block) the automatic choice takes");
   m.def("device_smem_optin", [](int device) { return device_info(device).smem_optin; });

@@ -1,6 +1,9 @@
 """Per-kernel GPU time of one forward for benchmark shapes (torch.profiler), to see where time goes.
 
-    PYTHONPATH=src python scripts/kernel_times.py [SHAPE ...] [--path auto|fused|two_kernel] [--fused-max-rows N]
+    PYTHONPATH=src python scripts/kernel_times.py [SHAPE ...] [--path auto|fused|two_kernel|fused_sm90]
+        [--fused-max-rows N] [--hopper-min-len N]
+
+SHAPE: a benchmark suite name (seed, vision, ...) or B,H,W,D,heads[,dtype] (dtype bfloat16 unless given).
 
 Prints the total per forward, each kernel's time summed over the forward, and the launches of one
 forward in order (row pass first), each a median over the repetitions.
@@ -23,12 +26,20 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--fused-max-rows", type=int, default=None,
                     help="largest fused block (tokens) the automatic choice takes (default: the built-in 128)")
+    ap.add_argument("--hopper-min-len", type=int, default=None,
+                    help="shortest sequence the automatic choice gives the Hopper fused kernel (default: the built-in 32)")
     args = ap.parse_args()
+    if args.hopper_min_len is not None:
+        af._ext.C.set_hopper_fused_min_len(args.hopper_min_len)
     af._ext.C.set_path_override(af._ext.PATHS[args.path])
     if args.fused_max_rows is not None:
         af._ext.C.set_fused_max_rows(args.fused_max_rows)
     for name in args.shapes:
-        B, H, W, D, heads, dt = bench.SUITE[name]
+        if name in bench.SUITE:
+            B, H, W, D, heads, dt = bench.SUITE[name]
+        else:
+            f = name.split(",")
+            B, H, W, D, heads, dt = *map(int, f[:5]), (f[5] if len(f) > 5 else "bfloat16")
         model, x = bench._make(B, H, W, D, heads, dt)
         m = model.to("cuda", bench.DTYPES[dt])
         x = x.to("cuda", bench.DTYPES[dt])

@@ -1,10 +1,11 @@
-"""The Hopper head-looped fused kernel (path 2, `fused_sm90_kernel`): experimental, run only when
-forced, until these tests pass on an H100/H200. Skipped without an sm_90a build on a compute
-capability 9.0 GPU.
+"""The Hopper head-looped fused kernel (path 2, `fused_sm90_kernel`), forced at every length it serves,
+and the automatic choice that takes it for 32 <= L <= 128. Skipped without an sm_90a build on a
+compute capability 9.0 GPU.
 
-It serves 16-bit dtypes at head_dim 32 (the 128x4, 192x6 and 256x8 specializations) for sequence
-lengths up to 128: one block of two warpgroups per 128 token rows (one sequence, or 128 / L short ones
-packed). Same tolerance as tests/test_gpu.py (strict=True, NaN-poisoned allocator, float64 reference).
+It serves 16-bit dtypes at head_dim 32 with an even number of heads and D <= 256 (the 128x4, 192x6
+and 256x8 specializations) for sequence lengths up to 128: one block of two warpgroups per 128 token
+rows (one sequence, or 128 / L short ones packed). Same tolerance as tests/test_gpu.py (strict=True,
+NaN-poisoned allocator, float64 reference).
 """
 from __future__ import annotations
 
@@ -75,6 +76,29 @@ def test_nan_inf_stay_in_their_sequence(case, bad):
     """Packed sequences share the block's keys: a non-finite token must not leak into the others."""
     w, dim, dtype = first_spec(seed=12)
     check_nonfinite_isolated(case, bad, w, dim, dtype, HOPPER_FUSED)
+
+
+def kernels_launched(fn) -> list[str]:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+@pytest.mark.parametrize("B,H,W,hopper", [(2, 40, 64, (True, True)), (1, 128, 32, (True, True)),
+                                          (3, 16, 100, (True, False)), (2, 129, 8, (False, False))],
+                         ids=lambda v: str(v))
+def test_automatic_choice(B, H, W, hopper):
+    """Without an override, a pass of length 32..128 runs fused_sm90_kernel; other lengths do not.
+    `hopper` says (row pass, column pass): the row pass has length W, the column pass H."""
+    w, dim, dtype = first_spec(seed=5)
+    x = rand_x((B, H, W, dim), dtype, "cuda", seed=6)
+    with torch.inference_mode():
+        for axis, want in zip(("row", "col"), hopper):
+            names = kernels_launched(lambda: run(x, w, "pass", axis))
+            assert any("fused_sm90_kernel" in n for n in names) == want, (axis, names)
+    with tf32(False):
+        check(x, w)
 
 
 def test_forcing_it_where_it_cannot_run_is_an_error():

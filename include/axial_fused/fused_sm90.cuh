@@ -1,21 +1,23 @@
-// Hopper (sm_90a) fused pass for short sequences (experimental: selected only by the path override
-// kPathFusedSm90 until it has passed the GPU tests; docs/performance.md, "head-looped fused kernel").
+// Hopper (sm_90a) fused pass for sequences of 32 to 128 tokens (path kPathFusedSm90; plan_pass takes
+// it automatically there, and at any length <= 128 when forced; docs/design.md, "The Hopper fused kernel").
 //
 // One block of two warpgroups owns up to 128 tokens: one sequence of length L <= 128, or 128 / L
 // whole sequences packed. The block
 //   1. loads the tokens' rows of x into shared memory (cp.async, SW128) and normalises them in place
 //      (the LayerNorm tile A stays resident: the A operand of every head's projection);
-//   2. for each head h: q/k/v of that head for all the block's tokens (wgmma m64n96, A from shared
-//      memory, the head's 96 rows of W_qkv streamed through a cp.async ring that runs ahead across
-//      heads); q stays in registers as the next product's A operand; k goes to shared memory in
-//      SW128 rows of which the first 32 columns are used (the layout the other kernels already use,
-//      rather than a 64-byte swizzle), v transposed (SW128, K-major over keys); S = q k^T (wgmma, A
-//      from registers); masked softmax of the whole row in registers (all keys at once: no online
+//   2. the two warpgroups take alternate heads and run independently (named barriers, their own
+//      keys/values buffers and weight rings), so one's softmax overlaps the other's products. For
+//      its head h a warpgroup computes q/k/v of all 128 tokens (wgmma m64n96 twice per k-step, A
+//      from shared memory, the head's 96 rows of W_qkv streamed through its cp.async ring, which
+//      runs ahead across heads); q stays in registers as the next product's A operand; k goes to
+//      shared memory in SW128 rows of which the first 32 columns are used, v transposed (SW128,
+//      K-major over keys). Then, for rows 0-63 and 64-127 in turn: S = q k^T (wgmma, A from
+//      registers); masked softmax of the whole row in registers (all keys at once: no online
 //      rescaling); O_h = P V (wgmma, P from registers); O_h / rowsum into the O tile's columns of
 //      head h (SW128);
-//   3. out = O @ W_out^T + bias + x (wg_gemm, the weight streamed through the same ring).
-// Nothing but x, the weights and out touches global memory. head_dim 32 (the D = 128/4, 192/6,
-// 256/8 specializations); bf16/fp16.
+//   3. out = O @ W_out^T + bias + x (wg_gemm over both rings; bias and residual loaded ahead).
+// Nothing but x, the weights and out touches global memory. head_dim 32 with an even number of
+// heads and D <= 256 (the D = 128/4, 192/6, 256/8 specializations; FusedSm90::SERVED); bf16/fp16.
 #pragma once
 #include "axial_fused/wgmma.cuh"
 

@@ -16,7 +16,7 @@ enum MathMode : int { kExactFp32 = 0, kTf32 = 1 };
 enum PassPath : int {
   kPathFused = 0,     // one kernel: a group of whole sequences per block, q/k/v in shared memory
   kPathTwoKernel = 1,  // LN+QKV kernel -> q/k/v scratch in global memory -> attention+out-proj kernel
-  kPathFusedSm90 = 2   // Hopper, 16-bit, head_dim 32, L <= 128: head-looped wgmma kernel (experimental: forced only)
+  kPathFusedSm90 = 2   // Hopper, 16-bit, head_dim 32, even heads, D <= 256, 32 <= L <= 128: head-looped wgmma kernel
 };
 
 struct PassParams {

@@ -22,7 +22,7 @@ except ImportError:  # a tree built before build records existed, or never built
     build_info = None
 
 # The kernel paths C.set_path_override takes (tests, benchmarks and scripts force one by name):
-# -1 the automatic choice; csrc's PassPath values otherwise (fused_sm90: experimental, forced only).
+# -1 the automatic choice; csrc's PassPath values otherwise.
 PATHS = {"auto": -1, "fused": 0, "two_kernel": 1, "fused_sm90": 2}
 
 # Load errors that mean "this binary belongs to another torch / CUDA".
