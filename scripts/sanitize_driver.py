@@ -17,10 +17,13 @@ from axial_fused import _ext
 
 # (dim, heads) -> (B, H, W) shapes, one (dim, heads) per compiled head_dim (16, 32, 64). dim 64: length 1
 # on both axes; 1024 (two-kernel) x 1 (1024 sequences of length 1, packed); 33 x 7 (not multiples of
-# the 64-token tile; on the automatic, forced fused and forced two-kernel paths). The others: lengths
-# not a multiple of the tile. Smaller builds run what they have.
-PLAN = {(64, 4): [(1, 1, 1), (1, 1024, 1), (2, 33, 7)], (192, 6): [(1, 33, 65)], (768, 12): [(1, 5, 70)]}
-FORCED_PATHS = {(64, 4, (2, 33, 7)): (-1, 0, 1)}
+# the 64-token tile; on the automatic, forced fused and forced two-kernel paths). dim 192: lengths 65
+# and 33 (the Hopper fused kernel's automatic range, 16-bit, on sm_90a) and 300 sequences of length 9
+# packed two to a block (min(128 / L, sequences / SMs)) on the forced Hopper fused kernel. The others: lengths not a multiple of the
+# tile. Smaller builds run what they have.
+PLAN = {(64, 4): [(1, 1, 1), (1, 1024, 1), (2, 33, 7)], (192, 6): [(1, 33, 65), (3, 100, 9)], (768, 12): [(1, 5, 70)]}
+FORCED_PATHS = {(64, 4, (2, 33, 7)): (-1, 0, 1), (192, 6, (3, 100, 9)): (-1, 2)}
+HOPPER_FUSED = 2  # 16-bit only, and only where the binary has sm_90a code for a 9.0 GPU
 
 
 def weights(dtype, dim, heads):
@@ -44,6 +47,9 @@ def main() -> int:
             for shape in shapes:
                 x = torch.randn(*shape, dim).to(dtype).cuda()
                 for path in FORCED_PATHS.get((dim, heads, shape), (-1,)):
+                    if path == HOPPER_FUSED and (dtype == torch.float32 or torch.cuda.get_device_capability() != (9, 0)
+                                                 or "90a" not in _ext.C.compiled_archs().split(";")):
+                        continue
                     for allow_tf32 in ((False, True) if dtype == torch.float32 else (False,)):
                         torch.backends.cuda.matmul.allow_tf32 = allow_tf32
                         _ext.C.set_path_override(path)

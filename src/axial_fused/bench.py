@@ -201,8 +201,8 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default="bench.json", help="write results here ('' to skip)")
     ap.add_argument("--png", default="", help="write a bar chart here (needs matplotlib)")
     ap.add_argument("--path", default="auto", choices=list(PATHS),
-                    help="force the kernel path of ours (default: the automatic choice; fused_sm90: the experimental "
-                         "Hopper head-looped kernel, head_dim 32 and lengths <= 128 only)")
+                    help="force the kernel path of ours (default: the automatic choice; fused_sm90: the Hopper "
+                         "head-looped kernel, 16-bit, head_dim 32, even heads, dim <= 256, lengths <= 128 only)")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("axial_fused.bench: no CUDA GPU here; nothing to measure.")
