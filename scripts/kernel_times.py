@@ -35,11 +35,7 @@ def main() -> None:
     if args.fused_max_rows is not None:
         af._ext.C.set_fused_max_rows(args.fused_max_rows)
     for name in args.shapes:
-        if name in bench.SUITE:
-            B, H, W, D, heads, dt = bench.SUITE[name]
-        else:
-            f = name.split(",")
-            B, H, W, D, heads, dt = *map(int, f[:5]), (f[5] if len(f) > 5 else "bfloat16")
+        B, H, W, D, heads, dt = bench.resolve_shape(name)
         model, x = bench._make(B, H, W, D, heads, dt)
         m = model.to("cuda", bench.DTYPES[dt])
         x = x.to("cuda", bench.DTYPES[dt])

@@ -1,4 +1,9 @@
-"""Run one benchmark shape a few times (for ncu / compute-sanitizer): python scripts/profile_pass.py SHAPE [PATH]"""
+"""Run one benchmark shape a few times (for ncu / compute-sanitizer / the phase clocks):
+
+    python scripts/profile_pass.py SHAPE [PATH]
+
+SHAPE: a suite name or B,H,W,D,heads[,dtype]; PATH: auto (default), fused, two_kernel or fused_sm90.
+"""
 import sys
 
 import torch
@@ -8,7 +13,7 @@ from axial_fused import bench
 
 name = sys.argv[1]
 path = af._ext.PATHS[sys.argv[2] if len(sys.argv) > 2 else "auto"]
-B, H, W, D, heads, dt = bench.SUITE[name]
+B, H, W, D, heads, dt = bench.resolve_shape(name)
 model, x = bench._make(B, H, W, D, heads, dt)
 m = model.to("cuda", bench.DTYPES[dt])
 x = x.to("cuda", bench.DTYPES[dt])

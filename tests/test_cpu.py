@@ -327,3 +327,14 @@ def test_bench_counts_and_progress_line():
     assert c["exps"] == 4 * N * 64
     row = {"shape": "seed", "dtype": "bfloat16", "us": {"graph": 60.0, "fused_graph": 24.25}, "best_peer": "graph"}
     assert bench.progress_line(row) == "  seed/bfloat16: graph 60.0 fused_graph 24.2 µs; best peer graph"
+
+
+def test_bench_resolve_shape():
+    """The scripts' SHAPE argument: a suite name or B,H,W,D,heads[,dtype]; anything else names the forms."""
+    from axial_fused import bench
+    assert bench.resolve_shape("latent") == bench.SUITE["latent"]
+    assert bench.resolve_shape("3,40,64,128,4") == (3, 40, 64, 128, 4, "bfloat16")
+    assert bench.resolve_shape("1,2,3,64,4,float16") == (1, 2, 3, 64, 4, "float16")
+    for bad in ("lat", "1,2,3,64", "1,2,3,64,4,int8", "1,2,x,64,4"):
+        with pytest.raises(ValueError, match="B,H,W,D,heads"):
+            bench.resolve_shape(bad)

@@ -122,21 +122,6 @@ __device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&acc)[R]
   a[3] = pack2_u32<T>(acc[4 * j + 6], acc[4 * j + 7]);
 }
 
-// Development aid: with -DAXIAL_FUSED_PHASE_CLOCK (AXIAL_FUSED_NVCC_FLAGS) each warpgroup of the first
-// two blocks prints the clock cycles it spent in each phase of the kernel.
-#ifdef AXIAL_FUSED_PHASE_CLOCK
-#define AXIAL_PHASE(i)                 \
-  do {                                 \
-    const long long now_ = clock64();  \
-    phase_[i] += now_ - phase_last_;   \
-    phase_last_ = now_;                \
-  } while (0)
-#else
-#define AXIAL_PHASE(i) \
-  do {                 \
-  } while (0)
-#endif
-
 // Barrier over the 128 threads of warpgroup wg alone (named barrier 1 + wg; 0 is __syncthreads).
 __device__ __forceinline__ void warpgroup_sync(int wg) {
   asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
@@ -157,7 +142,14 @@ struct FusedSm90 {
   static constexpr int SW_FIT = FIXED < 227 * 1024 ? int((227 * 1024 - FIXED) / (2 * STAGE)) : 0;
   static constexpr int SW = SW_FIT > 4 ? 4 : SW_FIT;
   static constexpr size_t RING = 2 * SW * STAGE;
-  static constexpr int OUT_S = int(RING / (64 * 128)) < 6 ? int(RING / (64 * 128)) : 6;  // out-proj stages of 64 rows
+  // Output projection: chunks of OUT_BNW weight rows (64; -DAXIAL_FUSED_SM90_OUT_BNW=128 for kernel
+  // experiments, where D allows), as many stages as the rings hold, at most 6.
+#ifdef AXIAL_FUSED_SM90_OUT_BNW
+  static constexpr int OUT_BNW = D % AXIAL_FUSED_SM90_OUT_BNW == 0 ? AXIAL_FUSED_SM90_OUT_BNW : 64;
+#else
+  static constexpr int OUT_BNW = 64;
+#endif
+  static constexpr int OUT_S = int(RING / (OUT_BNW * 128)) < 6 ? int(RING / (OUT_BNW * 128)) : 6;
   static constexpr size_t SMEM = FIXED + RING;
   // Where the kernel exists: head_dim 32, an even number of heads (the two warpgroups split them), D <= 256
   // (the LayerNorm and output tiles stay resident); plan_pass checks the same.
@@ -395,7 +387,7 @@ __global__ void __launch_bounds__(256, 1) fused_sm90_kernel(const __grid_constan
   fence_proxy_async();
   __syncthreads();
   AXIAL_PHASE(7);
-  wg_gemm<T, 2, 1, 64, D, D, C::OUT_S>(O, static_cast<const T*>(p.w_out), ring, OutEpilogue<T>(p, xo, oo), [] {});
+  wg_gemm<T, 2, 1, C::OUT_BNW, D, D, C::OUT_S>(O, static_cast<const T*>(p.w_out), ring, OutEpilogue<T>(p, xo, oo), [] {});
 #ifdef AXIAL_FUSED_PHASE_CLOCK
   AXIAL_PHASE(8);
   if (blockIdx.x < 2 && wtid == 0)

@@ -498,8 +498,21 @@ struct QkvSm90 {
   static constexpr size_t stage_bytes(int bnw) { return size_t(WGN) * bnw * 128; }
   // Two blocks per SM (228 KB, 1 KB reserved per block) where 64-wide chunks allow it: one block's
   // LayerNorm and epilogue then overlap the other's products. Else the widest chunks that fit.
-  static constexpr bool TWO = 2 * (A_BYTES + 4 * stage_bytes(64) + SLACK + 1024) <= 228 * 1024;
-  static constexpr int BNW = TWO ? 64 : (N % (WGN * 128) == 0 && A_BYTES + 3 * stage_bytes(128) <= BUDGET) ? 128 : 64;
+  // Kernel experiments: -DAXIAL_FUSED_QKV_BNW=64|128 (AXIAL_FUSED_NVCC_FLAGS) forces the chunk width
+  // wherever 3 stages of it fit (64 keeps two blocks per SM where they fit, 128 gives that up).
+#ifdef AXIAL_FUSED_QKV_BNW
+  static constexpr int FORCED = N % (WGN * AXIAL_FUSED_QKV_BNW) == 0 &&
+                                        A_BYTES + 3 * stage_bytes(AXIAL_FUSED_QKV_BNW) <= BUDGET
+                                    ? AXIAL_FUSED_QKV_BNW
+                                    : 0;
+#else
+  static constexpr int FORCED = 0;
+#endif
+  static constexpr bool TWO = (FORCED == 0 || FORCED == 64) && 2 * (A_BYTES + 4 * stage_bytes(64) + SLACK + 1024) <= 228 * 1024;
+  static constexpr int BNW = FORCED ? FORCED
+                             : TWO  ? 64
+                             : (N % (WGN * 128) == 0 && A_BYTES + 3 * stage_bytes(128) <= BUDGET) ? 128
+                                                                                                 : 64;
   static constexpr size_t STAGE = stage_bytes(BNW);
   static constexpr int S = (BUDGET - A_BYTES) / STAGE >= 4 ? 4 : 3;
   static constexpr size_t SMEM = SLACK + A_BYTES + S * STAGE;

@@ -27,6 +27,24 @@
 
 namespace axial_fused {
 
+// Development aid: with -DAXIAL_FUSED_PHASE_CLOCK (AXIAL_FUSED_NVCC_FLAGS) each warpgroup of the first
+// two blocks prints the clock cycles it spent in each phase: of the Hopper fused kernel, and of every
+// wg_gemm (the K1 product, the output projections). AXIAL_PHASE(i) adds the cycles since the last
+// call to the local counter phase_[i] (declared with phase_last_ where the counting starts).
+#ifdef AXIAL_FUSED_PHASE_CLOCK
+#define AXIAL_PHASE(i)                 \
+  do {                                 \
+    const long long now_ = clock64();  \
+    phase_[i] += now_ - phase_last_;   \
+    phase_last_ = now_;                \
+  } while (0)
+#else
+#define AXIAL_PHASE(i) \
+  do {                 \
+  } while (0)
+#endif
+
+
 // Element index of (row r, column k) in an SW128 K-major tile of `ROWS` rows.
 template <int ROWS>
 __device__ __forceinline__ int sw128_index(int r, int k) {
@@ -211,7 +229,11 @@ __device__ __forceinline__ void wg_gemm(const T* A, const T* W, T* ws, Epi&& epi
   for (int i = 0; i < BNW / 2; ++i) acc[i] = 0.f;
 #pragma unroll
   for (int s = 0; s < S - 2; ++s) load(s);
+#ifdef AXIAL_FUSED_PHASE_CLOCK
+  long long phase_[6] = {}, phase_last_ = clock64();
+#endif
   prologue();  // e.g. finish writing A while the first weight chunks are in flight
+  AXIAL_PHASE(0);
   constexpr bool PREFETCH = HasAddend<std::decay_t<Epi>>::value;
   float2 add[PREFETCH ? BNW / 8 : 1][2];
   for (int nc = 0; nc < N / CN; ++nc) {
@@ -222,12 +244,14 @@ __device__ __forceinline__ void wg_gemm(const T* A, const T* W, T* ws, Epi&& epi
         add[j][0] = epi.addend(r0, n0 + j * 8 + 2 * t);
         add[j][1] = epi.addend(r0 + 8, n0 + j * 8 + 2 * t);
       }
+      AXIAL_PHASE(1);
     }
     for (int kc = 0; kc < KC; ++kc) {
       const int it = nc * KC + kc;
       cp_async_wait<S - 3>();  // this thread's copies of chunk `it` have landed
       fence_proxy_async();     // ... and are visible to the tensor cores
       __syncthreads();         // everyone's have; wgmma(it - 2) is done in both warpgroups
+      AXIAL_PHASE(2);
       load(it + S - 2);        // refill the stage chunk it - 2 used
       wgmma_fence();
 #pragma unroll
@@ -236,10 +260,13 @@ __device__ __forceinline__ void wg_gemm(const T* A, const T* W, T* ws, Epi&& epi
                            sw128_desc(w_base + (it % S) * CN * 128 + kk * 32), kc > 0 || kk > 0);
       }
       wgmma_commit();
+      AXIAL_PHASE(3);
       wgmma_wait<1>();
+      AXIAL_PHASE(4);
     }
     wgmma_wait<0>();
     fence_regs(acc);
+    AXIAL_PHASE(4);
     const int n0 = nc * CN + wn * BNW, r0 = wm * 64 + warp * 16 + g;
     if constexpr (VEC8) {
 #pragma unroll
@@ -260,8 +287,15 @@ __device__ __forceinline__ void wg_gemm(const T* A, const T* W, T* ws, Epi&& epi
         epi(r0 + 8, n0 + j * 8 + 2 * t, acc[4 * j + 2], acc[4 * j + 3]);
       }
     }
+    AXIAL_PHASE(5);
   }
   cp_async_wait<0>();
+#ifdef AXIAL_FUSED_PHASE_CLOCK
+  if (blockIdx.x < 2 && (threadIdx.x & 127) == 0)
+    printf("wg_gemm clocks N %d K %d BNW %d S %d block %d wg %d: loads+prologue %lld addends %lld wait+sync %lld "
+           "issue %lld mma-wait %lld epilogue %lld\n", N, K, BNW, S, int(blockIdx.x), int(threadIdx.x >> 7), phase_[0],
+           phase_[1], phase_[2], phase_[3], phase_[4], phase_[5]);
+#endif
 }
 
 }  // namespace axial_fused

@@ -82,6 +82,17 @@ def count(B, H, W, D, heads, esz) -> dict:
     return {"bytes": bytes_, "flops": flops, "exps": exps}
 
 
+def resolve_shape(name: str):
+    """(B, H, W, D, heads, dtype) of a suite name, or of "B,H,W,D,heads[,dtype]" (bfloat16 by default)."""
+    if name in SUITE:
+        return SUITE[name]
+    f = name.split(",")
+    if len(f) not in (5, 6) or not all(v.isdigit() for v in f[:5]) or (len(f) == 6 and f[5] not in DTYPES):
+        raise ValueError(f"shape {name!r}: expected one of {', '.join(SUITE)} or B,H,W,D,heads[,dtype] "
+                         f"with dtype one of {', '.join(DTYPES)}")
+    return (*map(int, f[:5]), f[5] if len(f) == 6 else "bfloat16")
+
+
 def _make(B, H, W, D, heads, dtype, seed=0):
     import axial_fused as af
     g = torch.Generator().manual_seed(seed)

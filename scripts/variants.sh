@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Kernel experiments on the GPU machine in one call: for each variant (a set of nvcc flags passed
+# through AXIAL_FUSED_NVCC_FLAGS; after the first build only the kernel files recompile, in seconds),
+# build in place, check it against the float64 reference, then time our kernels per launch
+# (scripts/kernel_times.py) or, for a -DAXIAL_FUSED_PHASE_CLOCK variant, print the per-phase clocks
+# of the first blocks (scripts/profile_pass.py).
+# Usage (repo root; the knobs are listed in docs/performance.md, "Kernel experiments"):
+#   VARIANTS="base;-DAXIAL_FUSED_QKV_BNW=128;-DAXIAL_FUSED_PHASE_CLOCK" SHAPES="latent msa" PATH_NAME=auto \
+#   AXIAL_FUSED_SPECS=256x8:bf16 bash scripts/variants.sh
+# TESTS: the pytest selection run per variant (default below; "" skips). Logs under $OUT.
+set -uo pipefail
+OUT=${OUT:-$PWD/device_out}; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 MAX_JOBS=${MAX_JOBS:-16} AXIAL_FUSED_ARCHS=${AXIAL_FUSED_ARCHS:-90a}
+export CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")}
+export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
+VARIANTS=${VARIANTS:-base}; SHAPES=${SHAPES:-latent}; PATH_NAME=${PATH_NAME:-auto}
+TESTS=${TESTS-tests/test_hopper_fused.py::test_against_float64 tests/test_gpu.py::test_two_kernel_every_spec}
+IFS=';' read -ra list <<< "$VARIANTS"
+n=0
+for v in "${list[@]}"; do
+  n=$((n + 1)); flags=$v; [[ $v == base ]] && flags=""
+  echo "=== variant $n: ${v}"
+  start=$(date +%s)
+  AXIAL_FUSED_NVCC_FLAGS="$flags" python3 setup.py build_ext --inplace > "$OUT/variant-$n-build.log" 2>&1
+  rc=$?; echo "build rc=$rc in $(( $(date +%s) - start )) s"
+  grep -E "error|spill" "$OUT/variant-$n-build.log" | grep -v " 0 bytes spill" | head -5
+  [[ $rc == 0 ]] || continue
+  if [[ -n $TESTS ]]; then
+    # shellcheck disable=SC2086  # TESTS is a list of pytest node ids
+    timeout "${TEST_TIMEOUT:-180}" python3 -m pytest -q -p no:cacheprovider $TESTS 2>&1 | tail -1
+  fi
+  for s in $SHAPES; do
+    if [[ $flags == *PHASE_CLOCK* ]]; then
+      echo "--- $s ($PATH_NAME)"
+      timeout 120 python3 scripts/profile_pass.py "$s" "$PATH_NAME" 2>&1 | grep clocks | tail -"${CLOCK_LINES:-16}"
+    else
+      timeout 120 python3 scripts/kernel_times.py "$s" --path "$PATH_NAME" 2>&1 | grep -E "total|launch"
+    fi
+  done
+done
