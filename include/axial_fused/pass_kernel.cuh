@@ -547,7 +547,11 @@ __device__ __forceinline__ void layernorm_sw128(const PassParams& p, T* A) {
   }
   // R rows per step, all loaded before any is normalised: their reductions (shuffle chains) are
   // independent, so they overlap instead of paying each chain's latency in turn.
+#ifdef AXIAL_FUSED_LN_ROWS  // kernel experiments: rows per step (1, 2 or 4)
+  constexpr int R = AXIAL_FUSED_LN_ROWS;
+#else
   constexpr int R = NV <= 4 ? 4 : 2;
+#endif
   static_assert(BM % (8 * R) == 0, "rows per warp a multiple of R");
   for (int r0 = warp * R; r0 < BM; r0 += 8 * R) {
     float2 v[R][NV];
