@@ -88,11 +88,12 @@ bool hopper_fused_serves(const SpecInfo* spec) {
   return spec->dtype != kFloat32 && spec->dim / spec->heads == 32 && spec->heads % 2 == 0 && spec->dim <= 256;
 }
 
-// Sequences per block of the Hopper fused kernel (128 token rows): as many as fit, but no fewer blocks
-// than SMs while there are sequences to spread.
-int hopper_group(int64_t num_seq, int len, int sms) {
+// Sequences per block of a fused kernel packing short sequences into `block_tokens` rows (64 for the
+// mma.sync kernel, 128 for the Hopper one): as many as fit, but no fewer blocks than SMs while there are
+// sequences to spread; 1 for a sequence longer than block_tokens.
+int sequences_per_block(int64_t num_seq, int len, int sms, int block_tokens) {
   const int64_t by_sms = num_seq / std::max(sms, 1);
-  return int(std::max<int64_t>(1, std::min<int64_t>(128 / len, by_sms)));
+  return int(std::max<int64_t>(1, std::min<int64_t>(block_tokens / len, by_sms)));
 }
 
 struct Plan {
@@ -103,11 +104,7 @@ struct Plan {
 Plan plan_pass(const SpecInfo* spec, int64_t num_seq, int len, int math, int device) {
   const DeviceInfo& dev = device_info(device);
   const int align = spec->block_rows(math);
-  int group = 1;
-  if (len <= 64) {
-    const int64_t by_sms = num_seq / std::max(dev.sms, 1);
-    group = int(std::max<int64_t>(1, std::min<int64_t>(64 / len, by_sms)));
-  }
+  const int group = sequences_per_block(num_seq, len, dev.sms, 64);
   const int64_t rows = (int64_t(group) * len + align - 1) / align * align;
   const bool fits = rows <= 0x7fffffff && spec->fused_smem_bytes(int(rows), math) <= size_t(dev.smem_optin);
   const int forced = g_path_override.load();
@@ -117,7 +114,7 @@ Plan plan_pass(const SpecInfo* spec, int64_t num_seq, int len, int math, int dev
                 "axial_fused: the Hopper fused path was forced but needs sm_90a, float16/bfloat16, head_dim 32, an "
                 "even number of heads, dim <= 256 and length <= 128; got sm_", dev.arch, ", dim ", spec->dim,
                 ", heads ", spec->heads, ", length ", len);
-    return {kPathFusedSm90, hopper_group(num_seq, len, dev.sms)};
+    return {kPathFusedSm90, sequences_per_block(num_seq, len, dev.sms, 128)};
   }
   if (forced == kPathFused) {
     TORCH_CHECK(fits, "axial_fused: the fused path was forced but ", len, " tokens of dim ", spec->dim,
@@ -127,7 +124,7 @@ Plan plan_pass(const SpecInfo* spec, int64_t num_seq, int len, int math, int dev
   if (forced == kPathTwoKernel) return {kPathTwoKernel, 1};
   if (dev.arch == 90 && built_with_sm90a() && hopper_fused_serves(spec) && len >= g_hopper_fused_min_len.load() &&
       len <= 128) {
-    return {kPathFusedSm90, hopper_group(num_seq, len, dev.sms)};
+    return {kPathFusedSm90, sequences_per_block(num_seq, len, dev.sms, 128)};
   }
   if (fits && rows <= g_fused_max_rows.load()) return {kPathFused, group};
   return {kPathTwoKernel, 1};
