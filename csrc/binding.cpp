@@ -82,6 +82,9 @@ std::atomic<int> g_fused_max_rows{128};
 // Shortest sequence the automatic choice gives the Hopper fused kernel (path 2) where it serves the
 // specialization; shorter ones stay on the fused mma.sync kernel, whose smaller blocks suit them.
 std::atomic<int> g_hopper_fused_min_len{32};
+// Whether the two-kernel path's second kernel runs on the Hopper wgmma attention kernel where it serves
+// (head_dim 32 or 64, 16-bit, sm_90a); off: the mma.sync attention kernel, for comparisons.
+std::atomic<int> g_hopper_attention{1};
 
 // The specializations fused_sm90_kernel exists for (FusedSm90<T, D, HEADS>::SERVED).
 bool hopper_fused_serves(const SpecInfo* spec) {
@@ -278,6 +281,7 @@ void run_pass(const SpecInfo* spec, const at::Tensor& in, const at::Tensor& out,
                 device_info(device).smem_optin);
     scratch = at::empty({p.num_seq * p.len * 3 * D}, in.options());
     p.scratch = scratch.data_ptr();
+    p.attn_sm90 = g_hopper_attention.load();
   }
   const cudaError_t err = spec->launch(p, c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).stream());
   TORCH_CHECK(err == cudaSuccess, "axial_fused: kernel launch failed: ", cudaGetErrorString(err));
@@ -494,6 +498,8 @@ PYBIND11_MODULE(_C, m) {
         "force a path for tests and benchmarks: -1 automatic, 0 fused, 1 two-kernel, 2 Hopper fused");
   m.def("set_hopper_fused_min_len", [](int len) { g_hopper_fused_min_len.store(len); },
         "shortest sequence the automatic choice gives the Hopper fused kernel (default 32)");
+  m.def("set_hopper_attention", [](bool on) { g_hopper_attention.store(on ? 1 : 0); },
+        "whether the two-kernel path's attention runs on the Hopper wgmma kernel where it serves (default on)");
   m.def("set_fused_max_rows", [](int rows) { g_fused_max_rows.store(rows); },
         "largest fused buffer (tokens per block) the automatic choice takes");
   m.def("device_smem_optin", [](int device) { return device_info(device).smem_optin; });

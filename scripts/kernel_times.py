@@ -1,7 +1,7 @@
 """Per-kernel GPU time of one forward for benchmark shapes (torch.profiler), to see where time goes.
 
     PYTHONPATH=src python scripts/kernel_times.py [SHAPE ...] [--path auto|fused|two_kernel|fused_sm90]
-        [--fused-max-rows N] [--hopper-min-len N]
+        [--fused-max-rows N] [--hopper-min-len N] [--no-hopper-attention]
 
 SHAPE: a benchmark suite name (seed, vision, ...) or B,H,W,D,heads[,dtype] (dtype bfloat16 unless given).
 
@@ -28,7 +28,11 @@ def main() -> None:
                     help="largest fused block (tokens) the automatic choice takes (default: the built-in 128)")
     ap.add_argument("--hopper-min-len", type=int, default=None,
                     help="shortest sequence the automatic choice gives the Hopper fused kernel (default: the built-in 32)")
+    ap.add_argument("--no-hopper-attention", action="store_true",
+                    help="the two-kernel path's attention on the mma.sync kernel instead of the Hopper wgmma one")
     args = ap.parse_args()
+    if args.no_hopper_attention:
+        af._ext.C.set_hopper_attention(False)
     if args.hopper_min_len is not None:
         af._ext.C.set_hopper_fused_min_len(args.hopper_min_len)
     af._ext.C.set_path_override(af._ext.PATHS[args.path])

@@ -46,6 +46,7 @@ struct PassParams {
   int math;       // MathMode (float32 only)
   int group;      // fused path: sequences per block
   void* scratch;  // two-kernel path: q/k/v, [S * L, 3D] elements of the input dtype
+  int attn_sm90;  // two-kernel path on Hopper: 1 runs its second kernel on attn_sm90_kernel where that serves
 };
 
 // What each compiled specialization exports to the dispatcher (one per generated kernels/*.cu).

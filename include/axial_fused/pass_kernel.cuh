@@ -720,8 +720,10 @@ __global__ void __launch_bounds__(Tr::THREADS) attn_out_kernel(const __grid_cons
 
 }  // namespace axial_fused
 
-// The Hopper head-looped fused kernel (uses layernorm_row, OutEpilogue, exp2_ftz from above).
+// The Hopper head-looped fused kernel and the Hopper attention kernel (they use layernorm_row,
+// OutEpilogue, exp2_ftz from above).
 #include "axial_fused/fused_sm90.cuh"
+#include "axial_fused/attn_sm90.cuh"
 
 namespace axial_fused {
 
@@ -786,6 +788,14 @@ struct Spec {
       e = launch_with_smem<ln_qkv_kernel<Tr>>((tokens + Tr::BM - 1) / Tr::BM, Tr::THREADS, Tr::K1_BYTES, stream, p);
     }
     if (e != cudaSuccess) return e;
+    if constexpr (M == Mma::Tc16) {
+      using A = AttnSm90<T, D, HEADS>;
+      if constexpr (A::SERVED) {
+        if (p.arch == 90 && p.attn_sm90)
+          return launch_with_smem<attn_sm90_kernel<T, D, HEADS>>(p.num_seq * ((p.len + A::BM - 1) / A::BM), 256, A::SMEM,
+                                                                 stream, p);
+      }
+    }
     const int64_t blocks = p.num_seq * ((p.len + Tr::BM - 1) / Tr::BM);
     if constexpr (M == Mma::Tc16) {
       if (p.arch == 90)

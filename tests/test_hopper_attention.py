@@ -1,0 +1,100 @@
+"""The Hopper attention kernel (`attn_sm90_kernel`): the two-kernel path's second kernel on sm_90a for
+16-bit specializations with head_dim 32 or 64. Skipped without an sm_90a build on a compute capability
+9.0 GPU.
+
+It takes blocks of 128 queries (64 above D = 256) of one sequence and streams that sequence's keys
+and values in tiles of 128 (head_dim 32) or 64 (head_dim 64), so the lengths below cover one partial
+tile, whole tiles, a last partial tile and many tiles, on both axes. Same tolerance as
+tests/test_gpu.py (strict=True, NaN-poisoned allocator, float64 reference).
+"""
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+
+from axial_fused import _ext
+from helpers import make_weights, rand_x
+from test_gpu import DTYPES, MAX_ELEMS, check, force_path, specs, tf32
+from test_hopper_fused import hopper_ready, kernels_launched
+from test_robust_gpu import check_nonfinite_isolated, run
+
+TWO_KERNEL = 1  # kPathTwoKernel
+
+
+def served_specs():
+    return [s for s in specs() if s[0] != "float32" and s[1] // s[2] in (32, 64)] if hopper_ready() else []
+
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not hopper_ready(), reason="needs sm_90a code on a 9.0 GPU")]
+
+
+@contextlib.contextmanager
+def hopper_attention(on: bool):
+    _ext.C.set_hopper_attention(on)
+    try:
+        yield
+    finally:
+        _ext.C.set_hopper_attention(True)
+
+
+# (B, H, W): the row pass has length W, the column pass H. Lengths: 1, 7 (one short tile), 64 and 128
+# (whole tiles), 100 and 129, 200, 300 (last tile partial), 256 and 512 (msa), 1000 (many tiles).
+SHAPES = [(2, 1, 7), (1, 64, 129), (1, 100, 128), (1, 256, 3), (1, 200, 300), (1, 512, 2), (1, 2, 1000)]
+
+
+@pytest.mark.parametrize("dt,dim,heads", served_specs(), ids=lambda v: str(v))
+@pytest.mark.parametrize("B,H,W", SHAPES, ids=lambda v: str(v))
+def test_against_float64(dt, dim, heads, B, H, W):
+    if B * H * W * dim > MAX_ELEMS:
+        W = max(1, MAX_ELEMS // (B * H * dim))
+    dtype = DTYPES[dt]
+    w = make_weights(dim, heads, dtype, "cuda", seed=B * 7 + H * 3 + W)
+    x = rand_x((B, H, W, dim), dtype, "cuda", seed=H * 5 + W)
+    with force_path(TWO_KERNEL), tf32(False):
+        check(x, w)
+
+
+def first_served(head_dim: int, seed: int):
+    cands = [s for s in served_specs() if s[1] // s[2] == head_dim]
+    if not cands:
+        pytest.skip(f"no head_dim-{head_dim} 16-bit specialization compiled")
+    dt, dim, heads = min(cands, key=lambda s: s[1])
+    return make_weights(dim, heads, DTYPES[dt], "cuda", seed=seed), dim, DTYPES[dt]
+
+
+@pytest.mark.parametrize("head_dim", [32, 64])
+def test_strided_x_and_in_place_column_pass(head_dim):
+    w, dim, dtype = first_served(head_dim, seed=3)
+    big = rand_x((2, 160, 150, dim), dtype, "cuda", seed=4)
+    with force_path(TWO_KERNEL), tf32(False):
+        check(big[:, 3:140, 5:145], w)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")], ids=["nan", "inf"])
+@pytest.mark.parametrize("case", [("pass", "row", (2, 3, 300), (1, 1, 17, 2)), ("pass", "col", (1, 150, 4), (0, 140, 1, 5))],
+                         ids=lambda c: f"{c[0]}-{c[1]}-{'x'.join(map(str, c[2]))}")
+def test_nan_inf_stay_in_their_sequence(case, bad):
+    """A non-finite token poisons its own sequence only (keys past a sequence's end are never read)."""
+    w, dim, dtype = first_served(32, seed=12)
+    check_nonfinite_isolated(case, bad, w, dim, dtype, TWO_KERNEL)
+
+
+@pytest.mark.parametrize("head_dim", [32, 64])
+def test_it_is_what_runs(head_dim):
+    """A pass longer than 128 runs attn_sm90_kernel after the LN+QKV kernel; switched off, the
+    mma.sync attention kernel runs instead, with the same result within tolerance."""
+    w, dim, dtype = first_served(head_dim, seed=5)
+    x = rand_x((1, 3, 200, dim), dtype, "cuda", seed=6)
+    with torch.inference_mode():
+        names = kernels_launched(lambda: run(x, w, "pass", "row"))
+        assert any("attn_sm90_kernel" in n for n in names), names
+        with hopper_attention(False):
+            names = kernels_launched(lambda: run(x, w, "pass", "row"))
+            assert not any("attn_sm90_kernel" in n for n in names), names
+            assert any("attn_out_kernel" in n for n in names), names
+    with hopper_attention(False), tf32(False):
+        check(x, w)
+    with tf32(False):
+        check(x, w)
