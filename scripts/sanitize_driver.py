@@ -20,8 +20,11 @@ from axial_fused import _ext
 # the 64-token tile; on the automatic, forced fused and forced two-kernel paths). dim 192: lengths 65
 # and 33 (the Hopper fused kernel's automatic range, 16-bit, on sm_90a) and 300 sequences of length 9
 # packed two to a block (min(128 / L, sequences / SMs)) on the forced Hopper fused kernel. The others: lengths not a multiple of the
-# tile. Smaller builds run what they have.
-PLAN = {(64, 4): [(1, 1, 1), (1, 1024, 1), (2, 33, 7)], (192, 6): [(1, 33, 65), (3, 100, 9)], (768, 12): [(1, 5, 70)]}
+# tile; 300 (dim 192) and 150 (dim 768) run the Hopper attention kernel (two-kernel path, 16-bit,
+# sm_90a) over several key tiles with a partial last one, at head_dim 32 and 64. Smaller builds run
+# what they have.
+PLAN = {(64, 4): [(1, 1, 1), (1, 1024, 1), (2, 33, 7)], (192, 6): [(1, 33, 65), (3, 100, 9), (1, 2, 300)],
+        (768, 12): [(1, 5, 70), (1, 3, 150)]}
 FORCED_PATHS = {(64, 4, (2, 33, 7)): (-1, 0, 1), (192, 6, (3, 100, 9)): (-1, 2)}
 HOPPER_FUSED = 2  # 16-bit only, and only where the binary has sm_90a code for a 9.0 GPU
 

@@ -15,6 +15,8 @@
 // into head h's columns of the SW128 output tile, and once every head is done the block runs
 // out = O @ W_out^T + bias + x (wg_gemm, its weight ring in the key/value rings' space).
 #pragma once
+#include <type_traits>
+
 #include "axial_fused/wgmma.cuh"
 
 namespace axial_fused {
@@ -23,7 +25,10 @@ template <class T, int D, int HEADS>
 struct AttnSm90 {
   static constexpr int HD = D / HEADS;
   static constexpr int BM = D <= 256 ? 128 : 64, MT = BM / 64;  // queries per block; 64-row halves
-  static constexpr int BN = HD == 32 ? 128 : 64;                // keys per tile
+#ifndef AXIAL_FUSED_ATTN_BN_HD32  // kernel experiments: keys per tile at head_dim 32 (64 or 128)
+#define AXIAL_FUSED_ATTN_BN_HD32 128
+#endif
+  static constexpr int BN = HD == 32 ? AXIAL_FUSED_ATTN_BN_HD32 : 64;  // keys per tile
   static constexpr int RB = HD * 2;                              // bytes per row of one head's q, k or v
   static constexpr size_t OFFS = 2ull * BM * sizeof(int64_t);
   static constexpr size_t O_BYTES = size_t(BM) * D * 2;         // attention output tile, SW128
@@ -40,9 +45,81 @@ struct AttnSm90 {
   static constexpr size_t OUT_STAGE = size_t(WGN) * OUT_BNW * 128;
   static constexpr int OUT_S = int(RING / OUT_STAGE) < 6 ? int(RING / OUT_STAGE) : 6;
   static constexpr size_t SMEM = FIXED + RING;
+  // Kernel experiment (-DAXIAL_FUSED_ATTN_PINGPONG=1): FlashAttention-3's ping-pong, the warpgroups
+  // taking turns to issue their products (named barriers 3 and 4) so that one's softmax runs while
+  // the other's products do (needs equal unit counts: an even number of heads). Measured at msa it
+  // did not pay (334 / 491 us per pass against 328 / 483 without; docs/performance.md), so it is off.
+#ifndef AXIAL_FUSED_ATTN_PINGPONG
+#define AXIAL_FUSED_ATTN_PINGPONG 0
+#endif
+  static constexpr bool PINGPONG = AXIAL_FUSED_ATTN_PINGPONG && HEADS % 2 == 0;
   static constexpr bool SERVED = (HD == 32 || HD == 64) && D % (64 * WGN) == 0 && SW >= 2 && OUT_S >= 3;
   static_assert(!SERVED || (O_BYTES % 1024 == 0 && Q_BYTES % 1024 == 0 && STAGE % 1024 == 0), "1024-byte aligned tiles");
 };
+
+// Keys at or past `valid` (the sequence's end, relative to the tile) of a BN-key score tile get -inf.
+template <int BN>
+__device__ __forceinline__ void mask_keys(float (&sc)[BN / 2], int valid) {
+  const int t = threadIdx.x & 3;
+#pragma unroll
+  for (int jb = 0; jb < BN / 8; ++jb)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if (8 * jb + 2 * t + (e & 1) >= valid) sc[4 * jb + e] = -INFINITY;
+}
+
+// One tile of the online softmax for a warpgroup's 64 x BN scores (wgmma accumulator layout: row g
+// in e = 0, 1 and row g + 8 in e = 2, 3 of each 8-column block; a row's scores are spread over the
+// quad's four threads). Updates the running max (log2 units, scale folded in) and this thread's
+// partial row sums, returns the factor alpha the output rows must be rescaled by, and the
+// probabilities as the A fragments of P V.
+template <class T, int BN>
+__device__ __forceinline__ void softmax_tile(float (&sc)[BN / 2], float (&m_run)[2], float (&l_run)[2], float (&alpha)[2],
+                                             uint32_t (&pa)[BN / 16][4], float scale_log2) {
+  float mx[2] = {-INFINITY, -INFINITY}, rs[2] = {0.f, 0.f}, mu[2];
+#pragma unroll
+  for (int jb = 0; jb < BN / 8; ++jb) {
+    mx[0] = fmaxf(mx[0], fmaxf(sc[4 * jb], sc[4 * jb + 1]));
+    mx[1] = fmaxf(mx[1], fmaxf(sc[4 * jb + 2], sc[4 * jb + 3]));
+  }
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
+    mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
+    const float m_new = fmaxf(m_run[hr], mx[hr] * scale_log2);
+    mu[hr] = m_new == -INFINITY ? 0.f : m_new;  // a row with nothing unmasked yet stays all-zero
+    alpha[hr] = exp2_ftz(m_run[hr] - mu[hr]);
+    m_run[hr] = m_new;
+  }
+#pragma unroll
+  for (int jb = 0; jb < BN / 8; ++jb) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      sc[4 * jb + e] = exp2_ftz(fmaf(sc[4 * jb + e], scale_log2, -mu[e >> 1]));
+      rs[e >> 1] += sc[4 * jb + e];
+    }
+  }
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) l_run[hr] = l_run[hr] * alpha[hr] + rs[hr];
+#pragma unroll
+  for (int kk = 0; kk < BN / 16; ++kk) acc_to_a<T>(pa[kk], sc, 0, kk);
+}
+
+// O (64 x HD) += P (64 x BN, A fragments) V (BN x HD at v_base, N-major): BN / 16 wgmma k-steps, not
+// committed.
+template <class T, int HD, int BN, int RB>
+__device__ __forceinline__ void pv_issue(float (&o)[HD / 2], const uint32_t (&pa)[BN / 16][4], uint32_t v_base) {
+#pragma unroll
+  for (int kk = 0; kk < BN / 16; ++kk) WgmmaRS<T, HD>::template mma<1>(o, pa[kk], swz_desc<RB>(v_base + kk * 16 * RB), 1);
+}
+
+// Named barrier `id` over `count` threads: wait (sync) or only signal (arrive).
+__device__ __forceinline__ void named_sync(int id, int count) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int count) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
 
 // cp.async.wait_group with a run-time count (0 to 3).
 __device__ __forceinline__ void cp_async_wait_upto(int n) {
@@ -58,6 +135,9 @@ __global__ void __launch_bounds__(256, 1) attn_sm90_kernel(const __grid_constant
   using C = AttnSm90<T, D, HEADS>;
   static_assert(C::SERVED, "attn_sm90_kernel instantiated for a configuration it does not serve");
   constexpr int BM = C::BM, MT = C::MT, BN = C::BN, HD = C::HD, RB = C::RB, SW = C::SW, CH = RB / 16;
+#ifdef AXIAL_FUSED_PHASE_CLOCK
+  long long phase_[7] = {}, phase_last_ = clock64();
+#endif
   extern __shared__ __align__(16) unsigned char smem_raw[];
   int64_t* xo = reinterpret_cast<int64_t*>(smem_raw);  // BM row offsets into x (-1: past the end)
   int64_t* oo = xo + BM;                               // ... into out
@@ -81,9 +161,10 @@ __global__ void __launch_bounds__(256, 1) attn_sm90_kernel(const __grid_constant
   }
 
   // This warpgroup's heads h = 2 i + wg, i < nh; chunk j = i * nkt + kt is head i's key tile kt (with
-  // the head's queries when kt = 0). LA = chunks in flight ahead of the one in use: at most SW - 1, and
+  // the head's queries when kt = 0). la = chunks requested ahead of the one in use: at most SW - 2 (the
+  // previous chunk's last P V is still in flight during this one's first unit, so its stage stays), and
   // at most nkt so a query buffer is refilled only after its head is done.
-  const int nh = (HEADS - wg + 1) / 2, nj = nh * nkt, la = SW - 1 < nkt ? SW - 1 : nkt;
+  const int nh = (HEADS - wg + 1) / 2, nj = nh * nkt, la = SW - 2 < nkt ? SW - 2 : nkt;
   unsigned char* wq = qbuf + wg * 2 * C::Q_BYTES;
   unsigned char* wring = ring + wg * SW * C::STAGE;
   // Rows [row0, row0 + n) of column block `col` of the scratch into an RB-row swizzled tile (rows past
@@ -108,8 +189,18 @@ __global__ void __launch_bounds__(256, 1) attn_sm90_kernel(const __grid_constant
   for (int j = 0; j < la; ++j) load(j);
 
   const uint32_t q_base = smem_u32(wq), r_base = smem_u32(wring);
+  // Ping-pong: warpgroup w issues its products after barrier 3 + w, then lets the other one issue
+  // (arrive at 3 + (1 - w)); warpgroup 1 starts by letting warpgroup 0 go first, so its very last
+  // arrive has no partner and goes to barrier 5 (128 threads: completes at once).
+  const int units = nh * nkt * MT;
+  int unit_idx = 0;
+  if constexpr (C::PINGPONG) {
+    if (wg == 1) named_arrive(3, 256);
+  }
+  AXIAL_PHASE(0);
   for (int i = 0; i < nh; ++i) {
     const int h = 2 * i + wg;
+    const uint32_t qb = q_base + (i & 1) * C::Q_BYTES;
     float o[MT][HD / 2], m_run[MT][2], l_run[MT][2];
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
@@ -118,80 +209,106 @@ __global__ void __launch_bounds__(256, 1) attn_sm90_kernel(const __grid_constant
       m_run[m][0] = m_run[m][1] = -INFINITY;
       l_run[m][0] = l_run[m][1] = 0.f;
     }
-    for (int kt = 0; kt < nkt; ++kt) {
+    // The head runs as units u = (key tile kt, query half m), software-pipelined as FlashAttention-3's
+    // intra-warpgroup overlap: unit u issues S(u) and then P(u-1) V(u-1), waits for S(u) only, and
+    // computes its softmax while P V runs on the tensor cores.
+    // P of the unit in softmax and of the one whose P V is in flight: with two query halves the
+    // units alternate between the buffers in a fixed order; with one, the new P is copied over.
+    uint32_t p_buf[2][BN / 16][4];
+    float alpha[2];
+    uint32_t v_prev = 0;  // the previous unit's values; its query half is (m + MT - 1) % MT
+    // Waits for key tile kt's chunk, requests the one la ahead; returns the tile's k address.
+    auto tile_start = [&](int kt) {
       const int j = i * nkt + kt;
-      cp_async_wait_upto(la - 1);  // this thread's copies of chunk j have landed
-      fence_proxy_async();
-      warpgroup_sync(wg);  // everyone's have; chunk j - 1's products are done, its stage is free
-      load(j + la);
-      const uint32_t k_base = r_base + (j % SW) * C::STAGE, v_base = k_base + BN * RB, qb = q_base + (i & 1) * C::Q_BYTES;
-      const bool partial = kt * BN + BN > L;
+      if (la == 0) {  // no room to run ahead (SW = 2): load the chunk now, into chunk j - 2's stage
+        warpgroup_sync(wg);
+        load(j);
+        cp_async_wait<0>();
+        fence_proxy_async();
+        warpgroup_sync(wg);
+      } else {
+        cp_async_wait_upto(la - 1);  // this thread's copies of chunk j have landed
+        fence_proxy_async();
+        warpgroup_sync(wg);  // everyone's have; chunk j - 2's products are done, so its stage may be refilled
+        load(j + la);
+      }
+      AXIAL_PHASE(1);
+      return r_base + (j % SW) * C::STAGE;
+    };
+    // One unit (query half M of key tile kt). FIRST and M are compile-time: a wgmma under a run-time
+    // branch makes ptxas serialize every wgmma of the kernel.
+    auto unit = [&](auto first_c, auto m_c, uint32_t k_base, int kt) {
+      constexpr bool FIRST = decltype(first_c)::value;
+      constexpr int M = decltype(m_c)::value;
+      constexpr int CUR = MT == 2 ? M : 0, PREV = MT == 2 ? 1 - M : 1;  // the last unit's P ends in p_buf[1]
+      float sc[BN / 2];
+      if constexpr (C::PINGPONG) named_sync(3 + wg, 256);
+      wgmma_fence();
 #pragma unroll
-      for (int m = 0; m < MT; ++m) {
-        float sc[BN / 2];
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < HD / 16; ++kk)
-          Wgmma<T, BN>::mma(sc, swz_desc<RB>(qb + m * 64 * RB + kk * 32), swz_desc<RB>(k_base + kk * 32), kk > 0);
+      for (int kk = 0; kk < HD / 16; ++kk)
+        Wgmma<T, BN>::mma(sc, swz_desc<RB>(qb + M * 64 * RB + kk * 32), swz_desc<RB>(k_base + kk * 32), kk > 0);
+      wgmma_commit();
+      if constexpr (!FIRST) {  // the previous unit's O += P V, in flight during this unit's softmax
+        pv_issue<T, HD, BN, RB>(o[(M + MT - 1) % MT], p_buf[PREV], v_prev);
         wgmma_commit();
+      }
+      if constexpr (C::PINGPONG) {
+        const bool unpaired = wg == 1 && unit_idx == units - 1;
+        named_arrive(unpaired ? 5 : 4 - wg, unpaired ? 128 : 256);
+      }
+      ++unit_idx;
+      if constexpr (!FIRST) {
+        wgmma_wait<1>();
+      } else {
         wgmma_wait<0>();
-        fence_regs(sc);
-        if (partial) {  // keys past the end of the sequence
+      }
+      fence_regs(sc);
+      AXIAL_PHASE(2);
+      if (kt * BN + BN > L) mask_keys<BN>(sc, L - kt * BN);
+      softmax_tile<T, BN>(sc, m_run[M], l_run[M], alpha, p_buf[CUR], p.scale_log2);
+      AXIAL_PHASE(3);
+      if constexpr (!FIRST) {
+        wgmma_wait<0>();
+        keep_regs(p_buf[PREV]);
 #pragma unroll
-          for (int jb = 0; jb < BN / 8; ++jb)
+        for (int mm = 0; mm < MT; ++mm) fence_regs(o[mm]);
+      }
 #pragma unroll
-            for (int e = 0; e < 4; ++e)
-              if (kt * BN + 8 * jb + 2 * t + (e & 1) >= L) sc[4 * jb + e] = -INFINITY;
-        }
-        // Online softmax: row g (e = 0, 1) and row g + 8 (e = 2, 3) of this warp's 16; a row's BN scores
-        // are spread over the quad's four threads.
-        float mx[2] = {-INFINITY, -INFINITY}, rs[2] = {0.f, 0.f}, mu[2], alpha[2];
-#pragma unroll
-        for (int jb = 0; jb < BN / 8; ++jb) {
-          mx[0] = fmaxf(mx[0], fmaxf(sc[4 * jb], sc[4 * jb + 1]));
-          mx[1] = fmaxf(mx[1], fmaxf(sc[4 * jb + 2], sc[4 * jb + 3]));
-        }
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
-          mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
-          const float m_new = fmaxf(m_run[m][hr], mx[hr] * p.scale_log2);
-          mu[hr] = m_new == -INFINITY ? 0.f : m_new;  // a row with nothing unmasked yet stays all-zero
-          alpha[hr] = exp2_ftz(m_run[m][hr] - mu[hr]);
-          m_run[m][hr] = m_new;
-        }
-#pragma unroll
-        for (int jb = 0; jb < BN / 8; ++jb) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            sc[4 * jb + e] = exp2_ftz(fmaf(sc[4 * jb + e], p.scale_log2, -mu[e >> 1]));
-            rs[e >> 1] += sc[4 * jb + e];
-          }
-        }
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) l_run[m][hr] = l_run[m][hr] * alpha[hr] + rs[hr];
-#pragma unroll
-        for (int jb = 0; jb < HD / 8; ++jb) {
-          o[m][4 * jb] *= alpha[0];
-          o[m][4 * jb + 1] *= alpha[0];
-          o[m][4 * jb + 2] *= alpha[1];
-          o[m][4 * jb + 3] *= alpha[1];
-        }
-        // O_h += P V: P from registers (all fragments built before the products start: an asynchronous
-        // wgmma reads its A registers until it retires), V N-major, 16 keys per k-step.
-        uint32_t pa[BN / 16][4];
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; ++kk) acc_to_a<T>(pa[kk], sc, 0, kk);
-        wgmma_fence();
+      for (int jb = 0; jb < HD / 8; ++jb) {
+        o[M][4 * jb] *= alpha[0];
+        o[M][4 * jb + 1] *= alpha[0];
+        o[M][4 * jb + 2] *= alpha[1];
+        o[M][4 * jb + 3] *= alpha[1];
+      }
+      if constexpr (MT == 1) {
 #pragma unroll
         for (int kk = 0; kk < BN / 16; ++kk)
-          WgmmaRS<T, HD>::template mma<1>(o[m], pa[kk], swz_desc<RB>(v_base + kk * 16 * RB), 1);
-        wgmma_commit();
-        wgmma_wait<0>();
-        keep_regs(pa);
-        fence_regs(o[m]);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) p_buf[1][kk][e] = p_buf[0][kk][e];
       }
+      v_prev = k_base + BN * RB;
+      AXIAL_PHASE(4);
+    };
+    using Half0 = std::integral_constant<int, 0>;
+    using Half1 = std::integral_constant<int, MT - 1>;
+    {
+      const uint32_t k_base = tile_start(0);
+      unit(std::true_type{}, Half0{}, k_base, 0);
+      if constexpr (MT == 2) unit(std::false_type{}, Half1{}, k_base, 0);
     }
+    for (int kt = 1; kt < nkt; ++kt) {
+      const uint32_t k_base = tile_start(kt);
+      unit(std::false_type{}, Half0{}, k_base, kt);
+      if constexpr (MT == 2) unit(std::false_type{}, Half1{}, k_base, kt);
+    }
+    // Drain: the last unit's P V.
+    wgmma_fence();
+    pv_issue<T, HD, BN, RB>(o[MT - 1], p_buf[1], v_prev);
+    wgmma_commit();
+    wgmma_wait<0>();
+    keep_regs(p_buf[1]);
+#pragma unroll
+    for (int mm = 0; mm < MT; ++mm) fence_regs(o[mm]);
     // O_h / rowsum into head h's columns of the output tile.
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
@@ -214,11 +331,19 @@ __global__ void __launch_bounds__(256, 1) attn_sm90_kernel(const __grid_constant
   }
 
   // out = O @ W_out^T + bias + x, the weight streamed through the rings' space.
+  AXIAL_PHASE(5);
   cp_async_wait<0>();
   fence_proxy_async();
   __syncthreads();
+  AXIAL_PHASE(6);
   wg_gemm<T, C::WGM, C::WGN, C::OUT_BNW, D, D, C::OUT_S>(O, static_cast<const T*>(p.w_out), reinterpret_cast<T*>(ring),
                                                        OutEpilogue<T>(p, xo, oo), [] {});
+#ifdef AXIAL_FUSED_PHASE_CLOCK
+  if (blockIdx.x < 2 && wtid == 0)
+    printf("attn_sm90 clocks L %d block %d wg %d: prologue %lld tile-wait %lld s %lld softmax %lld pv-wait %lld "
+           "drain+o %lld sync %lld\n", L, int(blockIdx.x), wg, phase_[0], phase_[1], phase_[2], phase_[3], phase_[4],
+           phase_[5], phase_[6]);
+#endif
 #else
   __trap();
 #endif

@@ -496,18 +496,18 @@ struct QkvSm90 {
   static constexpr int BM = 64 * WGM, WGN = 2 / WGM;
   static constexpr size_t A_BYTES = size_t(BM) * D * 2;
   static constexpr size_t stage_bytes(int bnw) { return size_t(WGN) * bnw * 128; }
-  // Two blocks per SM (228 KB, 1 KB reserved per block) where 64-wide chunks allow it: one block's
-  // LayerNorm and epilogue then overlap the other's products. Else the widest chunks that fit.
-  // Kernel experiments: -DAXIAL_FUSED_QKV_BNW=64|128 (AXIAL_FUSED_NVCC_FLAGS) forces the chunk width
-  // wherever 3 stages of it fit (64 keeps two blocks per SM where they fit, 128 gives that up).
+  // 128-wide weight chunks (m64n128: half the barriers and less shared-memory traffic per flop than
+  // n64) wherever 3 stages of them fit; else two blocks per SM (228 KB, 1 KB reserved per block) with
+  // 64-wide chunks where they fit (one block's LayerNorm and epilogue overlap the other's products);
+  // else the widest chunks that fit. Measured at msa (D = 256): 128-wide chunks, one block per SM,
+  // 272 -> 249 us per pass against two blocks of 64-wide ones (docs/performance.md).
+  // Kernel experiments: -DAXIAL_FUSED_QKV_BNW=64 (AXIAL_FUSED_NVCC_FLAGS) restores the 64-wide preference.
 #ifdef AXIAL_FUSED_QKV_BNW
-  static constexpr int FORCED = N % (WGN * AXIAL_FUSED_QKV_BNW) == 0 &&
-                                        A_BYTES + 3 * stage_bytes(AXIAL_FUSED_QKV_BNW) <= BUDGET
-                                    ? AXIAL_FUSED_QKV_BNW
-                                    : 0;
+  static constexpr int WANT = AXIAL_FUSED_QKV_BNW;
 #else
-  static constexpr int FORCED = 0;
+  static constexpr int WANT = 128;
 #endif
+  static constexpr int FORCED = N % (WGN * WANT) == 0 && A_BYTES + 3 * stage_bytes(WANT) <= BUDGET ? WANT : 0;
   static constexpr bool TWO = (FORCED == 0 || FORCED == 64) && 2 * (A_BYTES + 4 * stage_bytes(64) + SLACK + 1024) <= 228 * 1024;
   static constexpr int BNW = FORCED ? FORCED
                              : TWO  ? 64
