@@ -76,16 +76,10 @@ __device__ __forceinline__ void mask_keys(float (&sc)[BN / 2], int valid) {
 template <class T, int BN>
 __device__ __forceinline__ void softmax_tile(float (&sc)[BN / 2], float (&m_run)[2], float (&l_run)[2], float (&alpha)[2],
                                              uint32_t (&pa)[BN / 16][4], float scale_log2) {
-  float mx[2] = {-INFINITY, -INFINITY}, rs[2] = {0.f, 0.f}, mu[2];
-#pragma unroll
-  for (int jb = 0; jb < BN / 8; ++jb) {
-    mx[0] = fmaxf(mx[0], fmaxf(sc[4 * jb], sc[4 * jb + 1]));
-    mx[1] = fmaxf(mx[1], fmaxf(sc[4 * jb + 2], sc[4 * jb + 3]));
-  }
+  float mx[2], rs[2] = {0.f, 0.f}, mu[2];
+  acc_row_max(sc, mx);
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
-    mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
-    mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
     const float m_new = fmaxf(m_run[hr], mx[hr] * scale_log2);
     mu[hr] = m_new == -INFINITY ? 0.f : m_new;  // a row with nothing unmasked yet stays all-zero
     alpha[hr] = exp2_ftz(m_run[hr] - mu[hr]);

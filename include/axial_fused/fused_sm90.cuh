@@ -221,18 +221,10 @@ __global__ void __launch_bounds__(256, 1) fused_sm90_kernel(const __grid_constan
           }
         }
       }
-      float mx[2] = {-INFINITY, -INFINITY}, sum[2] = {0.f, 0.f};
+      float mx[2], sum[2] = {0.f, 0.f};
+      acc_row_max(s, mx);
 #pragma unroll
-      for (int jb = 0; jb < 16; ++jb) {
-        mx[0] = fmaxf(mx[0], fmaxf(s[4 * jb], s[4 * jb + 1]));
-        mx[1] = fmaxf(mx[1], fmaxf(s[4 * jb + 2], s[4 * jb + 3]));
-      }
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
-        mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
-        mx[hr] = mx[hr] == -INFINITY ? 0.f : mx[hr] * p.scale_log2;
-      }
+      for (int hr = 0; hr < 2; ++hr) mx[hr] = mx[hr] == -INFINITY ? 0.f : mx[hr] * p.scale_log2;
 #pragma unroll
       for (int jb = 0; jb < 16; ++jb) {
 #pragma unroll

@@ -303,6 +303,23 @@ __device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&acc)[R]
   a[3] = pack2_u32<T>(acc[4 * j + 6], acc[4 * j + 7]);
 }
 
+// The maxima of this thread's two rows (g: mx[0], g + 8: mx[1]) of a 64 x (R / 2) wgmma accumulator,
+// reduced over the quad that holds each row (NaN-ignoring, as fmaxf).
+template <int R>
+__device__ __forceinline__ void acc_row_max(const float (&acc)[R], float (&mx)[2]) {
+  mx[0] = mx[1] = -INFINITY;
+#pragma unroll
+  for (int jb = 0; jb < R / 4; ++jb) {
+    mx[0] = fmaxf(mx[0], fmaxf(acc[4 * jb], acc[4 * jb + 1]));
+    mx[1] = fmaxf(mx[1], fmaxf(acc[4 * jb + 2], acc[4 * jb + 3]));
+  }
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
+    mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
+  }
+}
+
 // Barrier over the 128 threads of warpgroup wg alone (named barrier 1 + wg; 0 is __syncthreads).
 __device__ __forceinline__ void warpgroup_sync(int wg) {
   asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
