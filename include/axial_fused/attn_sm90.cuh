@@ -89,7 +89,12 @@ __device__ __forceinline__ void softmax_tile(float (&sc)[BN / 2], float (&m_run)
   for (int jb = 0; jb < BN / 8; ++jb) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      sc[4 * jb + e] = exp2_ftz(fmaf(sc[4 * jb + e], scale_log2, -mu[e >> 1]));
+      const float x = fmaf(sc[4 * jb + e], scale_log2, -mu[e >> 1]);
+#ifdef AXIAL_FUSED_EXP_POLY  // kernel experiment (not yet run on a GPU): every Nth 8-key block on the FMA pipe
+      sc[4 * jb + e] = jb % AXIAL_FUSED_EXP_POLY == AXIAL_FUSED_EXP_POLY - 1 ? exp2_poly(x) : exp2_ftz(x);
+#else
+      sc[4 * jb + e] = exp2_ftz(x);
+#endif
       rs[e >> 1] += sc[4 * jb + e];
     }
   }

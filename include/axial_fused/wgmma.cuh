@@ -354,6 +354,15 @@ template <class E, class = void>
 struct HasAddend : std::false_type {};
 template <class E>
 struct HasAddend<E, std::void_t<decltype(std::declval<const E&>().addend(0, 0))>> : std::true_type {};
+// What addend() returns (float2 where there is none: the array is then unused).
+template <class E, bool HAS>
+struct AddendOf {
+  using type = float2;
+};
+template <class E>
+struct AddendOf<E, true> {
+  using type = decltype(std::declval<const E&>().addend(0, 0));
+};
 
 // Y (BM x N) = A @ W^T with wgmma, for a block of WGM * WGN warpgroups (128 or 256 threads).
 //   A: BM x K, SW128 K-major in shared memory (1024-byte aligned), BM = 64 * WGM.
@@ -400,7 +409,8 @@ __device__ __forceinline__ void wg_gemm(const T* A, const T* W, T* ws, Epi&& epi
   prologue();  // e.g. finish writing A while the first weight chunks are in flight
   AXIAL_PHASE(0);
   constexpr bool PREFETCH = HasAddend<std::decay_t<Epi>>::value;
-  float2 add[PREFETCH ? BNW / 8 : 1][2];
+  using Add = typename AddendOf<std::decay_t<Epi>, PREFETCH>::type;
+  Add add[PREFETCH ? BNW / 8 : 1][2];
   for (int nc = 0; nc < N / CN; ++nc) {
     if constexpr (PREFETCH) {  // the chunk's addends, in flight while its products run
       const int n0 = nc * CN + wn * BNW, r0 = wm * 64 + warp * 16 + g;
