@@ -9,9 +9,10 @@
 // a warpgroup streams the sequence's keys and values in tiles of BN (128 at head_dim 32, 64 at 64)
 // through a cp.async ring, each tile's k and v rows copied as they lie in the scratch (RB = 64 or 128
 // bytes per row, swizzled): k is the K-major B operand of S = q k^T, v the N-major B operand of P V
-// (TRANS_B), so nothing is transposed. Per tile and 64-query half: S (wgmma, q and k from shared
-// memory), masked online softmax in registers (max and sum in log2 units, the scale folded into the
-// exponent), O_h = O_h * alpha + P V (wgmma, P from registers). After the last tile O_h / rowsum goes
+// (TRANS_B), so nothing is transposed. Per tile and 64-query half (a "unit"): S (wgmma, q and k from
+// shared memory), masked online softmax in registers (max and sum in log2 units, the scale folded into
+// the exponent), O_h = O_h * alpha + P V (wgmma, P from registers), pipelined so that a unit's softmax
+// runs while the previous unit's P V is on the tensor cores. After the last tile O_h / rowsum goes
 // into head h's columns of the SW128 output tile, and once every head is done the block runs
 // out = O @ W_out^T + bias + x (wg_gemm, its weight ring in the key/value rings' space).
 #pragma once
