@@ -255,8 +255,8 @@ __global__ void __launch_bounds__(256, 1) attn_sm90_kernel(const __grid_constant
       if constexpr (C::PINGPONG) {
         const bool unpaired = wg == 1 && unit_idx == units - 1;
         named_arrive(unpaired ? 5 : 4 - wg, unpaired ? 128 : 256);
+        ++unit_idx;
       }
-      ++unit_idx;
       if constexpr (!FIRST) {
         wgmma_wait<1>();
       } else {
