@@ -9,7 +9,7 @@ OUT=${OUT:-$PWD/device_out}; mkdir -p "$OUT"
 shape=${1:?usage: ncu_profile.sh SHAPE [PATH]}; path=${2:-auto}
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
 log="$OUT/ncu-$shape-$path.txt"
-timeout "${NCU_TIMEOUT:-240}" ncu --clock-control none --kernel-name regex:"^(fused_pass|fused_sm90|ln_qkv|ln_qkv_sm90|attn_out)_kernel" --kernel-name-base function --launch-count 4 \
+timeout "${NCU_TIMEOUT:-240}" ncu --clock-control none --kernel-name regex:"^(fused_pass|fused_sm90|ln_qkv|ln_qkv_sm90|attn_out|attn_sm90)_kernel" --kernel-name-base function --launch-count 4 \
   --section SpeedOfLight --section Occupancy --section LaunchStats --section SchedulerStats \
   --section WarpStateStats --section MemoryWorkloadAnalysis \
   python3 scripts/profile_pass.py "$shape" "$path" > "$log" 2>&1

@@ -51,16 +51,11 @@ __device__ __forceinline__ int sw128_index(int r, int k) {
   return (k >> 6) * ROWS * 64 + r * 64 + ((((k >> 3) & 7) ^ (r & 7)) << 3) + (k & 7);
 }
 
-// Matrix descriptor for an SW128 K-major operand starting at shared address `addr` (8-row groups
-// 1024 bytes apart; the leading offset is unused in this mode).
-__device__ __forceinline__ uint64_t sw128_desc(uint32_t addr) {
-  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
-}
-
-// The same for a tile whose rows are exactly RB = 64 or 128 bytes (one 16-bit head of 32 or 64
-// elements per row): 64- or 128-byte swizzle, 8-row groups 8 * RB bytes apart. Used K-major (rows =
-// M or N, 16-byte chunk c of row r at r * RB + ((c ^ swz_row<RB>(r)) * 16)), and N-major for a value
-// tile (rows = keys, the K dimension; WgmmaRS with TRANS_B = 1), which is the same byte layout.
+// Matrix descriptor and row swizzle for a tile whose rows are exactly RB = 64 or 128 bytes (one
+// 16-bit head of 32 or 64 elements per row; 128 is also each 64-column block of an SW128 tile):
+// 64- or 128-byte swizzle, 8-row groups 8 * RB bytes apart. Used K-major (rows = M or N, 16-byte
+// chunk c of row r at r * RB + ((c ^ swz_row<RB>(r)) * 16)), and N-major for a value tile (rows =
+// keys, the K dimension; WgmmaRS with TRANS_B = 1), which is the same byte layout.
 template <int RB>
 __device__ __forceinline__ int swz_row(int r) {
   static_assert(RB == 64 || RB == 128, "64- or 128-byte rows");
@@ -71,6 +66,10 @@ __device__ __forceinline__ uint64_t swz_desc(uint32_t addr) {
   static_assert(RB == 64 || RB == 128, "64- or 128-byte rows");
   return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t((8 * RB) >> 4) << 32) | (uint64_t(RB == 128 ? 1 : 2) << 62);
 }
+
+// Matrix descriptor for an SW128 K-major operand starting at shared address `addr` (8-row groups
+// 1024 bytes apart; the leading offset is unused in this mode).
+__device__ __forceinline__ uint64_t sw128_desc(uint32_t addr) { return swz_desc<128>(addr); }
 
 __device__ __forceinline__ void fence_proxy_async() {
 #if AXIAL_FUSED_SM90
