@@ -41,9 +41,19 @@ struct AttnSm90 {
   static constexpr int SW_FIT = FIXED < SMEM_MAX ? int((SMEM_MAX - FIXED) / (2 * STAGE)) : 0;
   static constexpr int SW = SW_FIT > 4 ? 4 : SW_FIT;
   static constexpr size_t RING = 2 * SW * STAGE;
-  // Output projection: WGM x WGN warpgroups over the BM x D output, 64-column weight chunks.
-  static constexpr int WGM = MT, WGN = 2 / MT, OUT_BNW = 64;
-  static constexpr size_t OUT_STAGE = size_t(WGN) * OUT_BNW * 128;
+  // Output projection: WGM x WGN warpgroups over the BM x D output, OUT_BNW-wide weight chunks (128
+  // where D allows, else 64) of OUT_KW = 32 columns. Measured (session 7) against 64 x 64: msa's two
+  // attention kernels 320 / 475 -> 305 / 455 us; esm unchanged (128 x 64 alone made esm slower).
+  // Kernel experiments: -DAXIAL_FUSED_OUT_BNW=64, -DAXIAL_FUSED_OUT_KW=64.
+#ifndef AXIAL_FUSED_OUT_BNW
+#define AXIAL_FUSED_OUT_BNW 128
+#endif
+#ifndef AXIAL_FUSED_OUT_KW
+#define AXIAL_FUSED_OUT_KW 32
+#endif
+  static constexpr int WGM = MT, WGN = 2 / MT, OUT_KW = AXIAL_FUSED_OUT_KW;
+  static constexpr int OUT_BNW = D % (AXIAL_FUSED_OUT_BNW * WGN) == 0 ? AXIAL_FUSED_OUT_BNW : 64;
+  static constexpr size_t OUT_STAGE = size_t(WGN) * OUT_BNW * OUT_KW * 2;
   static constexpr int OUT_S = int(RING / OUT_STAGE) < 6 ? int(RING / OUT_STAGE) : 6;
   static constexpr size_t SMEM = FIXED + RING;
   // Kernel experiment (-DAXIAL_FUSED_ATTN_PINGPONG=1): FlashAttention-3's ping-pong, the warpgroups
@@ -91,11 +101,7 @@ __device__ __forceinline__ void softmax_tile(float (&sc)[BN / 2], float (&m_run)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const float x = fmaf(sc[4 * jb + e], scale_log2, -mu[e >> 1]);
-#ifdef AXIAL_FUSED_EXP_POLY  // kernel experiment (not yet run on a GPU): every Nth 8-key block on the FMA pipe
-      sc[4 * jb + e] = jb % AXIAL_FUSED_EXP_POLY == AXIAL_FUSED_EXP_POLY - 1 ? exp2_poly(x) : exp2_ftz(x);
-#else
       sc[4 * jb + e] = exp2_ftz(x);
-#endif
       rs[e >> 1] += sc[4 * jb + e];
     }
   }
@@ -336,7 +342,7 @@ __global__ void __launch_bounds__(256, 1) attn_sm90_kernel(const __grid_constant
   fence_proxy_async();
   __syncthreads();
   AXIAL_PHASE(6);
-  wg_gemm<T, C::WGM, C::WGN, C::OUT_BNW, D, D, C::OUT_S>(O, static_cast<const T*>(p.w_out), reinterpret_cast<T*>(ring),
+  wg_gemm<T, C::WGM, C::WGN, C::OUT_BNW, D, D, C::OUT_S, false, C::OUT_KW>(O, static_cast<const T*>(p.w_out), reinterpret_cast<T*>(ring),
                                                        OutEpilogue<T>(p, xo, oo), [] {});
 #ifdef AXIAL_FUSED_PHASE_CLOCK
   if (blockIdx.x < 2 && wtid == 0)

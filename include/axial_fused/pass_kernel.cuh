@@ -88,18 +88,6 @@ __device__ __forceinline__ float exp2_ftz(float x) {
   return y;
 }
 
-// 2^x on the FMA pipe (FlashAttention-4's trick, to take a share of the exponentials off the
-// special-function unit): 2^x = 2^floor(x) * p(x - floor(x)), p a cubic fitted to 2^f on [0, 1)
-// (relative error 8.7e-5, below bf16's and fp16's rounding), 2^floor(x) added to p's exponent bits.
-// For x <= 0, as in a softmax; below -126 it returns 0 (as exp2_ftz), and NaN stays NaN.
-__device__ __forceinline__ float exp2_poly(float x) {
-  const float xc = x < -126.f ? -126.f : x;
-  const float xi = floorf(xc), f = xc - xi;
-  const float p = fmaf(fmaf(fmaf(0.07704562f, f, 0.22766832f), f, 0.6951117f), f, 1.f);
-  const float y = __int_as_float(__float_as_int(p) + (int(xi) << 23));
-  return x < -126.f ? 0.f : y;
-}
-
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -371,11 +359,10 @@ struct OutEpilogue {
   // The same in two steps, for wg_gemm to issue every load of a tile before its products finish:
   // out may alias x (the in-place column pass), so a compiler cannot hoist a load above an earlier
   // store itself, and each pair would wait out a global load's latency in turn.
-#ifdef AXIAL_FUSED_RAW_ADDENDS
-  // Kernel experiment (not yet run on a GPU): addend() only issues the two loads and returns the raw
-  // pairs; store() converts and adds them. The default form below adds them at once, which makes
-  // every thread wait for its loads where they are issued: session 6's phase clocks put 13k cycles
-  // per block there in msa's attention kernel. Same arithmetic: a + (bias + residual).
+  // addend() only issues the two loads and returns the raw pairs; store() converts and adds them.
+  // (Adding them in addend() made every thread wait for its loads where they were issued: 13k cycles
+  // per block in msa's attention kernel; deferring the add took msa from 1316 to 1291 us per forward,
+  // esm from 1558 to 1546, docs/performance.md.) Same arithmetic as operator(): a + (bias + residual).
   struct Addend {
     typename Pack2<T>::type res, bias;
   };
@@ -392,18 +379,6 @@ struct OutEpilogue {
     const float2 res = Pack2<T>::unpack(add.res), bv = Pack2<T>::unpack(add.bias);
     store2(out + oo[r] + c, a + (res.x + bv.x), b + (res.y + bv.y));
   }
-#else
-  __device__ __forceinline__ float2 addend(int r, int c) const {
-    const int64_t xr = xo[r];
-    if (xr < 0) return make_float2(0.f, 0.f);
-    const float2 res = load2(x + xr + c);
-    const float2 bv = load2(bias + c);
-    return make_float2(res.x + bv.x, res.y + bv.y);
-  }
-  __device__ __forceinline__ void store(int r, int c, float a, float b, float2 add) const {
-    if (xo[r] >= 0) store2(out + oo[r] + c, a + add.x, b + add.y);
-  }
-#endif
 };
 
 // Output projection of the BM x D attention output in `os` + bias + residual, rows addressed by the
@@ -530,7 +505,15 @@ struct QkvSm90 {
   static constexpr int WGM = size_t(128) * D * 2 + 3 * 8192 <= BUDGET ? 2 : 1;  // 128 or 64 tokens per block
   static constexpr int BM = 64 * WGM, WGN = 2 / WGM;
   static constexpr size_t A_BYTES = size_t(BM) * D * 2;
-  static constexpr size_t stage_bytes(int bnw) { return size_t(WGN) * bnw * 128; }
+  // Weight-chunk depth (K columns per stage): 32 halves a stage against 64, so 128-wide chunks fit
+  // beside msa's A twice per SM and beside esm's 128-token A at all. Measured (session 7): msa K1
+  // 255 -> 243 us per pass; esm unchanged (441). -DAXIAL_FUSED_QKV_KW=64 restores 64-deep chunks.
+#ifdef AXIAL_FUSED_QKV_KW
+  static constexpr int KW = AXIAL_FUSED_QKV_KW;
+#else
+  static constexpr int KW = 32;
+#endif
+  static constexpr size_t stage_bytes(int bnw) { return size_t(WGN) * bnw * KW * 2; }
   // 128-wide weight chunks (m64n128: half the barriers and less shared-memory traffic per flop than
   // n64) wherever 3 stages of them fit; else two blocks per SM (228 KB, 1 KB reserved per block) with
   // 64-wide chunks where they fit (one block's LayerNorm and epilogue overlap the other's products);
@@ -549,8 +532,14 @@ struct QkvSm90 {
                              : (N % (WGN * 128) == 0 && A_BYTES + 3 * stage_bytes(128) <= BUDGET) ? 128
                                                                                                  : 64;
   static constexpr size_t STAGE = stage_bytes(BNW);
-  static constexpr int S = (BUDGET - A_BYTES) / STAGE >= 4 ? 4 : 3;
+#ifndef AXIAL_FUSED_QKV_STAGES  // kernel experiments: the deepest ring wanted (as many as fit, at least 3)
+#define AXIAL_FUSED_QKV_STAGES 4
+#endif
+  static constexpr int S_FIT = int((BUDGET - A_BYTES) / STAGE);
+  static constexpr int S = S_FIT < 3 ? 3 : S_FIT < AXIAL_FUSED_QKV_STAGES ? S_FIT : AXIAL_FUSED_QKV_STAGES;
   static constexpr size_t SMEM = SLACK + A_BYTES + S * STAGE;
+  // Blocks per SM the register budget is set for (228 KB of shared memory, 1 KB reserved per block).
+  static constexpr int MINB = KW == 32 && 2 * (SMEM + 1024) <= 228 * 1024 ? 2 : 1;
   static_assert(A_BYTES + S * STAGE <= BUDGET && N % (WGN * BNW) == 0, "no Hopper QKV configuration fits");
 };
 
@@ -603,7 +592,7 @@ __device__ __forceinline__ void layernorm_sw128(const PassParams& p, T* A) {
 }
 
 template <class T, int D>
-__global__ void __launch_bounds__(256) ln_qkv_sm90_kernel(const __grid_constant__ PassParams p) {
+__global__ void __launch_bounds__(256, QkvSm90<T, D>::MINB) ln_qkv_sm90_kernel(const __grid_constant__ PassParams p) {
 #if AXIAL_FUSED_SM90
   using C = QkvSm90<T, D>;
   constexpr int BM = C::BM;
@@ -626,7 +615,7 @@ __global__ void __launch_bounds__(256) ln_qkv_sm90_kernel(const __grid_constant_
     __syncthreads();
     layernorm_sw128<T, D, BM>(p, A);
   };
-  wg_gemm<T, C::WGM, C::WGN, C::BNW, C::N, D, C::S, true>(
+  wg_gemm<T, C::WGM, C::WGN, C::BNW, C::N, D, C::S, true, C::KW>(
       A, static_cast<const T*>(p.w_qkv), ws,
       [&](int r, int c, uint4 v) {
         if (t0 + r < tokens) *reinterpret_cast<uint4*>(qkv + (t0 + r) * C::N + c) = v;

@@ -366,7 +366,9 @@ struct AddendOf<E, true> {
 // Y (BM x N) = A @ W^T with wgmma, for a block of WGM * WGN warpgroups (128 or 256 threads).
 //   A: BM x K, SW128 K-major in shared memory (1024-byte aligned), BM = 64 * WGM.
 //   W: N x K, row-major in global memory (an nn.Linear weight), streamed in chunks of CN = WGN * BNW
-//      rows x 64 columns through S >= 3 shared stages at `ws` (each CN x 64, SW128; 1024-aligned).
+//      rows x KW columns through S >= 3 shared stages at `ws` (each CN x KW: SW128 for KW = 64, SW64
+//      for KW = 32; 1024-aligned). KW = 32 halves a stage, so wider chunks (or deeper rings, or two
+//      blocks per SM) fit beside a large A; the barriers per product stay the same per flop.
 // Warpgroup wg computes rows [64 (wg % WGM), +64) and chunk columns [BNW (wg / WGM), +BNW).
 // epi(row, col, y[row][col], y[row][col+1]) receives every pair; with VEC8, epi(row, col, uint4)
 // receives 8 consecutive outputs (col a multiple of 8) rounded to T, for 16-byte stores; an epilogue
@@ -376,22 +378,25 @@ struct AddendOf<E, true> {
 // prologue() runs once the first S - 2 chunks are requested
 // (their cp.async groups are the newest S - 2); A must be written and fenced (fence_proxy_async)
 // by the end of it. Ends with all wgmma done; `ws` is free once the caller synchronises.
-template <class T, int WGM, int WGN, int BNW, int N, int K, int S, bool VEC8 = false, class Epi, class Prologue>
+template <class T, int WGM, int WGN, int BNW, int N, int K, int S, bool VEC8 = false, int KW = 64, class Epi,
+          class Prologue>
 __device__ __forceinline__ void wg_gemm(const T* A, const T* W, T* ws, Epi&& epi, Prologue&& prologue) {
   static_assert(WGM * WGN <= 2 && (BNW == 32 || BNW == 64 || BNW == 128) && S >= 3, "1-2 warpgroups; n32/64/128 tiles");
-  constexpr int BM = 64 * WGM, CN = WGN * BNW, KC = K / 64, ITERS = (N / CN) * KC, THREADS = 128 * WGM * WGN;
+  static_assert(KW == 32 || KW == 64, "32- or 64-column weight chunks");
+  constexpr int BM = 64 * WGM, CN = WGN * BNW, KC = K / KW, ITERS = (N / CN) * KC, THREADS = 128 * WGM * WGN;
+  constexpr int RB = KW * 2, CPR = KW / 8;  // bytes and 16-byte pieces per weight-chunk row
   static_assert(N % CN == 0 && K % 64 == 0, "weight chunks must tile the weight");
   const int wg = threadIdx.x >> 7, wm = wg % WGM, wn = wg / WGM;
   const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const uint32_t a_base = smem_u32(A) + wm * 64 * 128, w_base = smem_u32(ws) + wn * BNW * 128;
+  const uint32_t a_base = smem_u32(A) + wm * 64 * 128, w_base = smem_u32(ws) + wn * BNW * RB;
 
   auto load = [&](int it) {
     if (it < ITERS) {
-      const int n0 = (it / KC) * CN, k0 = (it % KC) * 64;
-      char* dst = reinterpret_cast<char*>(ws) + (it % S) * CN * 128;
-      for (int v = threadIdx.x; v < CN * 8; v += THREADS) {
-        const int r = v >> 3, c = v & 7;
-        cp_async16(dst + r * 128 + ((c ^ (r & 7)) << 4), W + int64_t(n0 + r) * K + k0 + c * 8, true);
+      const int n0 = (it / KC) * CN, k0 = (it % KC) * KW;
+      char* dst = reinterpret_cast<char*>(ws) + (it % S) * CN * RB;
+      for (int v = threadIdx.x; v < CN * CPR; v += THREADS) {
+        const int r = v / CPR, c = v % CPR;
+        cp_async16(dst + r * RB + ((c ^ swz_row<RB>(r)) << 4), W + int64_t(n0 + r) * K + k0 + c * 8, true);
       }
     }
     cp_async_commit();  // possibly empty: keeps the group count per iteration uniform
@@ -429,9 +434,10 @@ __device__ __forceinline__ void wg_gemm(const T* A, const T* W, T* ws, Epi&& epi
       load(it + S - 2);        // refill the stage chunk it - 2 used
       wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        Wgmma<T, BNW>::mma(acc, sw128_desc(a_base + kc * BM * 128 + kk * 32),
-                           sw128_desc(w_base + (it % S) * CN * 128 + kk * 32), kc > 0 || kk > 0);
+      for (int kk = 0; kk < KW / 16; ++kk) {
+        const int ka = kc * KW + kk * 16;  // A column: 64-column block ka / 64, 32 bytes per k-step in it
+        Wgmma<T, BNW>::mma(acc, sw128_desc(a_base + (ka >> 6) * BM * 128 + (ka & 63) * 2),
+                           swz_desc<RB>(w_base + (it % S) * CN * RB + kk * 32), kc > 0 || kk > 0);
       }
       wgmma_commit();
       AXIAL_PHASE(3);
