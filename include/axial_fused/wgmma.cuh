@@ -390,13 +390,37 @@ __device__ __forceinline__ void wg_gemm(const T* A, const T* W, T* ws, Epi&& epi
   const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const uint32_t a_base = smem_u32(A) + wm * 64 * 128, w_base = smem_u32(ws) + wn * BNW * RB;
 
+  // Kernel experiment (-DAXIAL_FUSED_WG_LOAD_HOIST=1; session 7, written after the device time ran
+  // out, not yet run on a GPU): every thread copies the same rows and 16-byte piece of each chunk, so
+  // its source pointer and stage offset are computed once and each chunk costs PASSES unrolled
+  // cp.async plus one 64-bit add. ncu's per-instruction samples of esm's K1 put 69% of its stall
+  // samples in the ~130 instructions of one step (this loop's index arithmetic, its branches, the
+  // barrier), and the tensor pipe active 29% of the time (docs/performance.md, session 7).
+#ifndef AXIAL_FUSED_WG_LOAD_HOIST
+#define AXIAL_FUSED_WG_LOAD_HOIST 0
+#endif
+  constexpr int ROWS_PER_PASS = THREADS / CPR;  // rows one pass of all threads copies
+  constexpr bool HOIST = AXIAL_FUSED_WG_LOAD_HOIST && THREADS % CPR == 0 && CN % ROWS_PER_PASS == 0 &&
+                         ROWS_PER_PASS % 8 == 0;  // (every pass then has the same swizzle phase)
+  constexpr int PASSES = CN / ROWS_PER_PASS;
+  const int lr = threadIdx.x / CPR, lc = threadIdx.x % CPR;  // this thread's row in a pass, its piece
+  const T* w_src = W + int64_t(lr) * K + lc * 8;
+  const uint32_t w_dst = smem_u32(ws) + lr * RB + ((lc ^ swz_row<RB>(lr)) << 4);
+
   auto load = [&](int it) {
     if (it < ITERS) {
       const int n0 = (it / KC) * CN, k0 = (it % KC) * KW;
-      char* dst = reinterpret_cast<char*>(ws) + (it % S) * CN * RB;
-      for (int v = threadIdx.x; v < CN * CPR; v += THREADS) {
-        const int r = v / CPR, c = v % CPR;
-        cp_async16(dst + r * RB + ((c ^ swz_row<RB>(r)) << 4), W + int64_t(n0 + r) * K + k0 + c * 8, true);
+      if constexpr (HOIST) {
+        const T* src = w_src + int64_t(n0) * K + k0;
+        const uint32_t dst = w_dst + (it % S) * (CN * RB);
+#pragma unroll
+        for (int j = 0; j < PASSES; ++j) cp_async16_shared(dst + j * ROWS_PER_PASS * RB, src + int64_t(j) * ROWS_PER_PASS * K);
+      } else {
+        char* dst = reinterpret_cast<char*>(ws) + (it % S) * CN * RB;
+        for (int v = threadIdx.x; v < CN * CPR; v += THREADS) {
+          const int r = v / CPR, c = v % CPR;
+          cp_async16(dst + r * RB + ((c ^ swz_row<RB>(r)) << 4), W + int64_t(n0 + r) * K + k0 + c * 8, true);
+        }
       }
     }
     cp_async_commit();  // possibly empty: keeps the group count per iteration uniform
