@@ -119,13 +119,6 @@ __device__ __forceinline__ void pv_issue(float (&o)[HD / 2], const uint32_t (&pa
   for (int kk = 0; kk < BN / 16; ++kk) WgmmaRS<T, HD>::template mma<1>(o, pa[kk], swz_desc<RB>(v_base + kk * 16 * RB), 1);
 }
 
-// Named barrier `id` over `count` threads: wait (sync) or only signal (arrive).
-__device__ __forceinline__ void named_sync(int id, int count) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
-}
-__device__ __forceinline__ void named_arrive(int id, int count) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
-}
 
 // cp.async.wait_group with a run-time count (0 to 3).
 __device__ __forceinline__ void cp_async_wait_upto(int n) {

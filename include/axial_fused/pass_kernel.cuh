@@ -500,7 +500,15 @@ __global__ void __launch_bounds__(Tr::THREADS) ln_qkv_kernel(const __grid_consta
 template <class T, int D>
 struct QkvSm90 {
   static constexpr int N = 3 * D;
-  static constexpr size_t SLACK = 128 * sizeof(int64_t) + 1024;  // row offsets, alignment
+  // Kernel experiment -DAXIAL_FUSED_QKV_WS=1 (session 7, not yet run on a GPU): the product on
+  // wg_gemm_ws, a producer warp streaming the weight (32 threads more, 128 bytes of mbarriers).
+#ifndef AXIAL_FUSED_QKV_WS
+#define AXIAL_FUSED_QKV_WS 0
+#endif
+  static constexpr bool WS = AXIAL_FUSED_QKV_WS;
+  static constexpr int THREADS = WS ? 288 : 256;
+  static constexpr size_t BAR_BYTES = WS ? 16 * 8 : 0;  // full[S] and empty[S], S <= 8
+  static constexpr size_t SLACK = 128 * sizeof(int64_t) + BAR_BYTES + 1024;  // row offsets, barriers, alignment
   static constexpr size_t BUDGET = 227 * 1024 - SLACK;           // one block's opt-in limit
   static constexpr int WGM = size_t(128) * D * 2 + 3 * 8192 <= BUDGET ? 2 : 1;  // 128 or 64 tokens per block
   static constexpr int BM = 64 * WGM, WGN = 2 / WGM;
@@ -540,6 +548,7 @@ struct QkvSm90 {
   static constexpr size_t SMEM = SLACK + A_BYTES + S * STAGE;
   // Blocks per SM the register budget is set for (228 KB of shared memory, 1 KB reserved per block).
   static constexpr int MINB = KW == 32 && 2 * (SMEM + 1024) <= 228 * 1024 ? 2 : 1;
+  static_assert(!WS || (KW == 32 && S <= 8 && (BNW == 64 || BNW == 128)), "the warp-specialized form's limits");
   static_assert(A_BYTES + S * STAGE <= BUDGET && N % (WGN * BNW) == 0, "no Hopper QKV configuration fits");
 };
 
@@ -592,35 +601,58 @@ __device__ __forceinline__ void layernorm_sw128(const PassParams& p, T* A) {
 }
 
 template <class T, int D>
-__global__ void __launch_bounds__(256, QkvSm90<T, D>::MINB) ln_qkv_sm90_kernel(const __grid_constant__ PassParams p) {
+__global__ void __launch_bounds__(QkvSm90<T, D>::THREADS, QkvSm90<T, D>::MINB)
+    ln_qkv_sm90_kernel(const __grid_constant__ PassParams p) {
 #if AXIAL_FUSED_SM90
   using C = QkvSm90<T, D>;
   constexpr int BM = C::BM;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   int64_t* xo = reinterpret_cast<int64_t*>(smem_raw);  // BM row offsets into x
-  unsigned char* base = smem_raw + BM * sizeof(int64_t);
+  unsigned char* base = smem_raw + BM * sizeof(int64_t) + C::BAR_BYTES;
   base += (1024 - (smem_u32(base) & 1023)) & 1023;
   T* A = reinterpret_cast<T*>(base);
   T* ws = reinterpret_cast<T*>(base + C::A_BYTES);
   T* qkv = static_cast<T*>(p.scratch);
   const int64_t L = p.len, tokens = p.num_seq * L, t0 = int64_t(blockIdx.x) * BM;
+  auto store = [&](int r, int c, uint4 v) {
+    if (t0 + r < tokens) *reinterpret_cast<uint4*>(qkv + (t0 + r) * C::N + c) = v;
+  };
 
   // 1. Request the tile's raw rows (straight into their SW128 places; rows past the end read as 0).
   for (int r = threadIdx.x; r < BM; r += 256) xo[r] = t0 + r < tokens ? x_offset(p, (t0 + r) / L, (t0 + r) % L) : -1;
-  __syncthreads();
-  request_rows_sw128<T, D, BM>(p, A, xo);
-  // 2. QKV product; its prologue normalises the rows in place while the first weight chunks load.
-  auto normalise = [&] {
-    cp_async_wait<C::S - 2>();  // the row group (older than the S - 2 weight groups) has landed
+  if constexpr (C::WS) {
+    // full[S] then empty[S], after the row offsets; the producer warp (threads 256..287) streams the
+    // weight from the start, the two consumer warpgroups load and normalise the rows meanwhile.
+    const uint32_t full = smem_u32(smem_raw + BM * sizeof(int64_t)), empty = full + 8 * C::S;
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < C::S; ++s) {
+        mbar_init(full + 8 * s, 32);
+        mbar_init(empty + 8 * s, 8);
+      }
+    }
     __syncthreads();
+    if (threadIdx.x >= 256) {
+      wg_gemm_ws_produce<T, C::WGN * C::BNW, C::N, D, C::S, C::KW>(static_cast<const T*>(p.w_qkv), ws, full, empty);
+      return;
+    }
+    request_rows_sw128<T, D, BM>(p, A, xo);
+    cp_async_wait<0>();
+    named_sync(1, 256);
     layernorm_sw128<T, D, BM>(p, A);
-  };
-  wg_gemm<T, C::WGM, C::WGN, C::BNW, C::N, D, C::S, true, C::KW>(
-      A, static_cast<const T*>(p.w_qkv), ws,
-      [&](int r, int c, uint4 v) {
-        if (t0 + r < tokens) *reinterpret_cast<uint4*>(qkv + (t0 + r) * C::N + c) = v;
-      },
-      normalise);
+    named_sync(1, 256);  // every row normalised and fenced before either warpgroup reads A
+    wg_gemm_ws_consume<T, C::WGM, C::WGN, C::BNW, C::N, D, C::S, C::KW>(A, ws, full, empty, store);
+  } else {
+    __syncthreads();
+    request_rows_sw128<T, D, BM>(p, A, xo);
+    // 2. QKV product; its prologue normalises the rows in place while the first weight chunks load.
+    auto normalise = [&] {
+      cp_async_wait<C::S - 2>();  // the row group (older than the S - 2 weight groups) has landed
+      __syncthreads();
+      layernorm_sw128<T, D, BM>(p, A);
+    };
+    wg_gemm<T, C::WGM, C::WGN, C::BNW, C::N, D, C::S, true, C::KW>(A, static_cast<const T*>(p.w_qkv), ws, store,
+                                                                  normalise);
+  }
 #else
   __trap();
 #endif
@@ -804,7 +836,7 @@ struct Spec {
     if constexpr (M == Mma::Tc16) {
       if (p.arch == 90) {
         using C = QkvSm90<T, D>;
-        e = launch_with_smem<ln_qkv_sm90_kernel<T, D>>((tokens + C::BM - 1) / C::BM, 256, C::SMEM, stream, p);
+        e = launch_with_smem<ln_qkv_sm90_kernel<T, D>>((tokens + C::BM - 1) / C::BM, C::THREADS, C::SMEM, stream, p);
       } else {
         e = launch_with_smem<ln_qkv_kernel<Tr>>((tokens + Tr::BM - 1) / Tr::BM, Tr::THREADS, Tr::K1_BYTES, stream, p);
       }

@@ -323,6 +323,43 @@ __device__ __forceinline__ void acc_row_max(const float (&acc)[R], float (&mx)[2
 __device__ __forceinline__ void warpgroup_sync(int wg) {
   asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
 }
+// Named barrier `id` over `count` threads: wait (sync) or only signal (arrive).
+__device__ __forceinline__ void named_sync(int id, int count) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int count) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
+// Shared-memory mbarriers (8 bytes each, at shared addresses from smem_u32): init by one thread
+// before a block barrier; arrive; wait for the phase of the given parity to complete; and
+// cp_async_mbar_arrive, an arrival that fires once all of this thread's earlier cp.async have landed
+// (.noinc: the init count includes these arrivals).
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+#if AXIAL_FUSED_SM90
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+#endif
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+#if AXIAL_FUSED_SM90
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
+#endif
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+#if AXIAL_FUSED_SM90
+  asm volatile(
+      "{\n.reg .pred done;\nWAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+#endif
+}
+__device__ __forceinline__ void cp_async_mbar_arrive(uint32_t bar) {
+#if AXIAL_FUSED_SM90
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+#endif
+}
 
 // The 8 consecutive outputs (rounded to T) of one row of 8-column block jb + t (t = lane % 4), from
 // the accumulator pairs the quad's four threads hold for blocks jb..jb+3 (h = 0: row g, 2: row g + 8):
@@ -500,6 +537,78 @@ __device__ __forceinline__ void wg_gemm(const T* A, const T* W, T* ws, Epi&& epi
            "issue %lld mma-wait %lld epilogue %lld\n", N, K, BNW, S, int(blockIdx.x), int(threadIdx.x >> 7), phase_[0],
            phase_[1], phase_[2], phase_[3], phase_[4], phase_[5]);
 #endif
+}
+
+// Warp-specialized form of wg_gemm (kernel experiment -DAXIAL_FUSED_QKV_WS=1 for K1; session 7,
+// written after the device time ran out, not yet run on a GPU). The same product, Y = A @ W^T with
+// VEC8 epilogues, but the weight chunks (CN x KW, KW = 32, SW64) come from one producer warp, and
+// each stage has two mbarriers: full[s] (32 arrivals: each producer lane's cp.async of the chunk have
+// landed) and empty[s] (8 arrivals: every consumer warp's wgmma that read it are done). The consumer
+// warpgroups then pay per step a barrier wait, a proxy fence and their wgmma, instead of a block
+// barrier and the copy loop (ncu: ~130 instructions per step per warp at esm, docs/performance.md).
+// `full` and `empty` are the shared addresses of S consecutive mbarriers each.
+//
+// Producer: the one extra warp; refills stage s once its previous chunk is released. Each lane copies
+// rows lr, lr + 8, ... of the chunk (its 16-byte piece lc), so its addresses are computed once.
+template <class T, int CN, int N, int K, int S, int KW>
+__device__ __forceinline__ void wg_gemm_ws_produce(const T* W, T* ws, uint32_t full, uint32_t empty) {
+  static_assert(KW == 32, "the producer's address pattern assumes 64-byte chunk rows");
+  constexpr int KC = K / KW, ITERS = (N / CN) * KC, RB = KW * 2, CPR = KW / 8, RPP = 32 / CPR, PASSES = CN / RPP;
+  static_assert(CN % RPP == 0 && RPP % 8 == 0, "every pass of the warp has the same swizzle phase");
+  const int lane = threadIdx.x & 31, lr = lane / CPR, lc = lane % CPR;
+  const T* src0 = W + int64_t(lr) * K + lc * 8;
+  const uint32_t dst0 = smem_u32(ws) + lr * RB + ((lc ^ swz_row<RB>(lr)) << 4);
+  for (int it = 0; it < ITERS; ++it) {
+    const int s = it % S;
+    if (it >= S) mbar_wait(empty + 8 * s, ((it / S) - 1) & 1);  // the chunk it - S is released
+    const T* src = src0 + int64_t((it / KC) * CN) * K + (it % KC) * KW;
+    const uint32_t dst = dst0 + s * (CN * RB);
+#pragma unroll
+    for (int j = 0; j < PASSES; ++j) cp_async16_shared(dst + j * RPP * RB, src + int64_t(j) * RPP * K);
+    cp_async_mbar_arrive(full + 8 * s);
+  }
+  cp_async_wait<0>();
+}
+
+// Consumers: WGM x WGN warpgroups (threads 0 .. 128 * WGM * WGN - 1) over A, as wg_gemm; A must be
+// written and fenced, and visible to all of them, before the call.
+template <class T, int WGM, int WGN, int BNW, int N, int K, int S, int KW, class Epi>
+__device__ __forceinline__ void wg_gemm_ws_consume(const T* A, const T* ws, uint32_t full, uint32_t empty, Epi&& epi) {
+  static_assert(WGM * WGN <= 2 && (BNW == 64 || BNW == 128) && S >= 2 && KW == 32, "1-2 warpgroups; n64/128 tiles");
+  constexpr int BM = 64 * WGM, CN = WGN * BNW, KC = K / KW, RB = KW * 2;
+  static_assert(N % CN == 0 && K % 64 == 0, "weight chunks must tile the weight");
+  const int wg = threadIdx.x >> 7, wm = wg % WGM, wn = wg / WGM;
+  const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const uint32_t a_base = smem_u32(A) + wm * 64 * 128, w_base = smem_u32(ws) + wn * BNW * RB;
+  float acc[BNW / 2];
+#pragma unroll
+  for (int i = 0; i < BNW / 2; ++i) acc[i] = 0.f;
+  for (int nc = 0; nc < N / CN; ++nc) {
+    for (int kc = 0; kc < KC; ++kc) {
+      const int it = nc * KC + kc, s = it % S;
+      mbar_wait(full + 8 * s, (it / S) & 1);  // the chunk has landed ...
+      fence_proxy_async();                    // ... and is visible to the tensor cores
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < KW / 16; ++kk) {
+        const int ka = kc * KW + kk * 16;
+        Wgmma<T, BNW>::mma(acc, sw128_desc(a_base + (ka >> 6) * BM * 128 + (ka & 63) * 2),
+                           swz_desc<RB>(w_base + s * CN * RB + kk * 32), kc > 0 || kk > 0);
+      }
+      wgmma_commit();
+      wgmma_wait<1>();  // the products of chunk it - 1 are done: release its stage
+      if (kc > 0 && lane == 0) mbar_arrive(empty + 8 * ((it - 1) % S));
+    }
+    wgmma_wait<0>();
+    fence_regs(acc);
+    if (lane == 0) mbar_arrive(empty + 8 * (((nc + 1) * KC - 1) % S));  // the column chunk's last stage
+    const int n0 = nc * CN + wn * BNW, r0 = wm * 64 + warp * 16 + g;
+#pragma unroll
+    for (int jb = 0; jb < BNW / 8; jb += 4) {
+      epi(r0, n0 + (jb + t) * 8, quad_transpose<T>(acc, jb, 0));
+      epi(r0 + 8, n0 + (jb + t) * 8, quad_transpose<T>(acc, jb, 2));
+    }
+  }
 }
 
 }  // namespace axial_fused
