@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The kernel experiments (compile-time knobs, docs/performance.md "Kernel experiments") still compile:
+# builds one specialization's kernel file for sm_90a with each flag set, no GPU needed. CI runs it, so
+# an experiment not yet measured cannot rot while the default code moves on.
+# Usage (repo root):  bash scripts/compile_knobs.sh [KERNEL_FILE]
+#   KNOBS: ';'-separated flag sets (default: the experiments not yet run on a GPU, and the phase clocks)
+set -euo pipefail
+file=${1:-kernels/axial_bf16_d128_h4.cu}  # in the minimal set: K1, the head_dim-32 attention, the fused kernel
+KNOBS=${KNOBS:--DAXIAL_FUSED_WG_LOAD_HOIST=1;-DAXIAL_FUSED_QKV_WS=1;-DAXIAL_FUSED_QKV_WS=1 -DAXIAL_FUSED_WG_LOAD_HOIST=1;-DAXIAL_FUSED_PHASE_CLOCK}
+NVCC=${CUDA_HOME:+$CUDA_HOME/bin/}nvcc
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+IFS=';' read -ra sets <<< "$KNOBS"
+for flags in "${sets[@]}"; do
+  start=$(date +%s)
+  # shellcheck disable=SC2086  # flags is a list of -D options
+  if ! "$NVCC" -std=c++17 -O3 -Iinclude -arch=sm_90a -cubin -Xptxas -v $flags -o "$tmp/k.cubin" "$file" > "$tmp/log" 2>&1; then
+    cat "$tmp/log"; echo "compile_knobs: $file with '$flags' does not compile"; exit 1
+  fi
+  spills=$(grep -c "[1-9][0-9]* bytes spill stores" "$tmp/log" || true)
+  echo "compile_knobs: $file with '$flags': ok in $(( $(date +%s) - start )) s ($spills functions with spills)"
+done
