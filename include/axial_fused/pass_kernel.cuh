@@ -525,8 +525,9 @@ struct QkvSm90 {
   // 128-wide weight chunks (m64n128: half the barriers and less shared-memory traffic per flop than
   // n64) wherever 3 stages of them fit; else two blocks per SM (228 KB, 1 KB reserved per block) with
   // 64-wide chunks where they fit (one block's LayerNorm and epilogue overlap the other's products);
-  // else the widest chunks that fit. Measured at msa (D = 256): 128-wide chunks, one block per SM,
-  // 272 -> 249 us per pass against two blocks of 64-wide ones (docs/performance.md).
+  // else the widest chunks that fit. Measured at msa (D = 256), with 64-deep chunks: 128-wide, one
+  // block per SM, 272 -> 249 us per pass against two blocks of 64-wide ones (session 6). With 32-deep
+  // chunks 128-wide ones fit twice per SM there (MINB below): 243 us (session 7, docs/performance.md).
   // Kernel experiments: -DAXIAL_FUSED_QKV_BNW=64 (AXIAL_FUSED_NVCC_FLAGS) restores the 64-wide preference.
 #ifdef AXIAL_FUSED_QKV_BNW
   static constexpr int WANT = AXIAL_FUSED_QKV_BNW;
