@@ -1,0 +1,57 @@
+"""Developer tools that need no GPU (CPU, skipped without nvcc or nvdisasm): the SASS main-loop counter
+`scripts/sass_loops.py`, run on the K1 kernel compiled for sm_90a with and without the
+warp-specialized experiment, checks what that experiment is for: its consumers' main loop issues the
+same tensor-core products with no cp.async and no block barrier."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+KERNEL = ROOT / "kernels" / "axial_bf16_d128_h4.cu"  # in the minimal set
+
+
+def _nvcc() -> str | None:
+    home = os.environ.get("CUDA_HOME")
+    if home and (Path(home) / "bin" / "nvcc").exists():
+        return str(Path(home) / "bin" / "nvcc")
+    return shutil.which("nvcc")
+
+
+def _main_loop(tmp_path: Path, flags: list[str]) -> dict[str, int]:
+    nvcc = _nvcc()
+    if nvcc is None or not KERNEL.exists():
+        pytest.skip("needs nvcc and the generated kernel files")
+    cubin = tmp_path / ("k" + "".join(f.split("=")[0][-4:] for f in flags) + ".cubin")
+    subprocess.run([nvcc, "-std=c++17", "-O3", f"-I{ROOT / 'include'}", "-arch=sm_90a", "-cubin", *flags,
+                    "-o", str(cubin), str(KERNEL)], check=True, capture_output=True)
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "sass_loops.py"), str(cubin), "ln_qkv_sm90"],
+                         capture_output=True, text=True)
+    if out.returncode != 0 and "no nvdisasm" in out.stderr + out.stdout:
+        pytest.skip("no nvdisasm here")
+    assert out.returncode == 0, out.stderr
+    m = re.search(r"loop \S+: (\d+) instructions, (\d+) tensor-core products, (\d+) cp.async, "
+                  r"(\d+) named/block barriers, (\d+) mbarrier ops", out.stdout)
+    assert m, out.stdout
+    keys = ("instructions", "products", "cp_async", "barriers", "mbarrier")
+    return dict(zip(keys, map(int, m.groups())))
+
+
+def test_sass_loops_finds_k1_main_loop(tmp_path):
+    loop = _main_loop(tmp_path, [])
+    assert loop["products"] >= 1 and loop["cp_async"] >= 1 and loop["barriers"] >= 1, loop
+
+
+def test_warp_specialized_k1_consumers_issue_no_copies_or_block_barriers(tmp_path):
+    base = _main_loop(tmp_path, [])
+    ws = _main_loop(tmp_path, ["-DAXIAL_FUSED_QKV_WS=1"])
+    assert ws["products"] >= 1 and ws["mbarrier"] >= 1, ws
+    assert ws["cp_async"] == 0 and ws["barriers"] == 0, ws
+    per_product = lambda loop: loop["instructions"] / loop["products"]  # noqa: E731
+    assert per_product(ws) < per_product(base), (base, ws)
