@@ -570,11 +570,12 @@ __device__ __forceinline__ void wg_gemm_ws_produce(const T* W, T* ws, uint32_t f
   cp_async_wait<0>();
 }
 
-// Consumers: WGM x WGN warpgroups (threads 0 .. 128 * WGM * WGN - 1) over A, as wg_gemm; A must be
-// written and fenced, and visible to all of them, before the call.
+// Consumers: the WGM x WGN = 2 warpgroups (threads 0 .. 255) over A, as wg_gemm; A must be written and
+// fenced, and visible to both, before the call.
 template <class T, int WGM, int WGN, int BNW, int N, int K, int S, int KW, class Epi>
 __device__ __forceinline__ void wg_gemm_ws_consume(const T* A, const T* ws, uint32_t full, uint32_t empty, Epi&& epi) {
-  static_assert(WGM * WGN <= 2 && (BNW == 64 || BNW == 128) && S >= 2 && KW == 32, "1-2 warpgroups; n64/128 tiles");
+  // Two warpgroups: each `empty` mbarrier expects one arrival from each of their 8 warps.
+  static_assert(WGM * WGN == 2 && (BNW == 64 || BNW == 128) && S >= 2 && KW == 32, "2 warpgroups; n64/128 tiles");
   constexpr int BM = 64 * WGM, CN = WGN * BNW, KC = K / KW, RB = KW * 2;
   static_assert(N % CN == 0 && K % 64 == 0, "weight chunks must tile the weight");
   const int wg = threadIdx.x >> 7, wm = wg % WGM, wn = wg / WGM;
