@@ -400,6 +400,40 @@ struct AddendOf<E, true> {
   using type = decltype(std::declval<const E&>().addend(0, 0));
 };
 
+// One thread's share of copying CN x KW chunks of an N x K weight into swizzled stages (SW64 for
+// KW = 32, SW128 for 64) when THREADS threads split each chunk into passes of RPP rows: rows lr,
+// lr + RPP, ... and 16-byte piece lc, so the source pointer and stage offset are computed once and a
+// chunk costs PASSES cp.async (FITS: the split is exact and every pass has the same swizzle phase).
+template <class T, int THREADS, int CN, int K, int KW>
+struct ChunkCopy {
+  static constexpr int RB = KW * 2, CPR = KW / 8, RPP = THREADS / CPR, PASSES = CN / RPP;
+  static constexpr bool FITS = THREADS % CPR == 0 && CN % RPP == 0 && RPP % 8 == 0;
+  const T* src;
+  uint32_t dst;
+  __device__ __forceinline__ ChunkCopy(const T* W, const void* ws, int tid) {
+    const int lr = tid / CPR, lc = tid % CPR;
+    src = W + int64_t(lr) * K + lc * 8;
+    dst = smem_u32(ws) + lr * RB + ((lc ^ swz_row<RB>(lr)) << 4);
+  }
+  // The chunk at row n0, column k0 of W into the stage `stage` bytes past ws.
+  __device__ __forceinline__ void operator()(int n0, int k0, uint32_t stage) const {
+    const T* from = src + int64_t(n0) * K + k0;
+#pragma unroll
+    for (int j = 0; j < PASSES; ++j) cp_async16_shared(dst + stage + j * RPP * RB, from + int64_t(j) * RPP * K);
+  }
+};
+
+// A warp's 16 x BNW accumulator tile (rows r0, r0 + 8 of the quad layout; t = lane % 4) as 16-byte
+// vectors: epi(row, col, uint4) with 8 consecutive outputs rounded to T.
+template <class T, int BNW, class Epi>
+__device__ __forceinline__ void store_vec8(const float (&acc)[BNW / 2], int r0, int n0, int t, Epi& epi) {
+#pragma unroll
+  for (int jb = 0; jb < BNW / 8; jb += 4) {
+    epi(r0, n0 + (jb + t) * 8, quad_transpose<T>(acc, jb, 0));
+    epi(r0 + 8, n0 + (jb + t) * 8, quad_transpose<T>(acc, jb, 2));
+  }
+}
+
 // Y (BM x N) = A @ W^T with wgmma, for a block of WGM * WGN warpgroups (128 or 256 threads).
 //   A: BM x K, SW128 K-major in shared memory (1024-byte aligned), BM = 64 * WGM.
 //   W: N x K, row-major in global memory (an nn.Linear weight), streamed in chunks of CN = WGN * BNW
@@ -436,22 +470,15 @@ __device__ __forceinline__ void wg_gemm(const T* A, const T* W, T* ws, Epi&& epi
 #ifndef AXIAL_FUSED_WG_LOAD_HOIST
 #define AXIAL_FUSED_WG_LOAD_HOIST 0
 #endif
-  constexpr int ROWS_PER_PASS = THREADS / CPR;  // rows one pass of all threads copies
-  constexpr bool HOIST = AXIAL_FUSED_WG_LOAD_HOIST && THREADS % CPR == 0 && CN % ROWS_PER_PASS == 0 &&
-                         ROWS_PER_PASS % 8 == 0;  // (every pass then has the same swizzle phase)
-  constexpr int PASSES = CN / ROWS_PER_PASS;
-  const int lr = threadIdx.x / CPR, lc = threadIdx.x % CPR;  // this thread's row in a pass, its piece
-  const T* w_src = W + int64_t(lr) * K + lc * 8;
-  const uint32_t w_dst = smem_u32(ws) + lr * RB + ((lc ^ swz_row<RB>(lr)) << 4);
+  using Copy = ChunkCopy<T, THREADS, CN, K, KW>;
+  constexpr bool HOIST = AXIAL_FUSED_WG_LOAD_HOIST && Copy::FITS;
+  const Copy copy(W, ws, threadIdx.x);
 
   auto load = [&](int it) {
     if (it < ITERS) {
       const int n0 = (it / KC) * CN, k0 = (it % KC) * KW;
       if constexpr (HOIST) {
-        const T* src = w_src + int64_t(n0) * K + k0;
-        const uint32_t dst = w_dst + (it % S) * (CN * RB);
-#pragma unroll
-        for (int j = 0; j < PASSES; ++j) cp_async16_shared(dst + j * ROWS_PER_PASS * RB, src + int64_t(j) * ROWS_PER_PASS * K);
+        copy(n0, k0, (it % S) * (CN * RB));
       } else {
         char* dst = reinterpret_cast<char*>(ws) + (it % S) * CN * RB;
         for (int v = threadIdx.x; v < CN * CPR; v += THREADS) {
@@ -510,11 +537,7 @@ __device__ __forceinline__ void wg_gemm(const T* A, const T* W, T* ws, Epi&& epi
     AXIAL_PHASE(4);
     const int n0 = nc * CN + wn * BNW, r0 = wm * 64 + warp * 16 + g;
     if constexpr (VEC8) {
-#pragma unroll
-      for (int jb = 0; jb < BNW / 8; jb += 4) {
-        epi(r0, n0 + (jb + t) * 8, quad_transpose<T>(acc, jb, 0));
-        epi(r0 + 8, n0 + (jb + t) * 8, quad_transpose<T>(acc, jb, 2));
-      }
+      store_vec8<T, BNW>(acc, r0, n0, t, epi);
     } else if constexpr (PREFETCH) {
 #pragma unroll
       for (int j = 0; j < BNW / 8; ++j) {
@@ -553,18 +576,14 @@ __device__ __forceinline__ void wg_gemm(const T* A, const T* W, T* ws, Epi&& epi
 template <class T, int CN, int N, int K, int S, int KW>
 __device__ __forceinline__ void wg_gemm_ws_produce(const T* W, T* ws, uint32_t full, uint32_t empty) {
   static_assert(KW == 32, "the producer's address pattern assumes 64-byte chunk rows");
-  constexpr int KC = K / KW, ITERS = (N / CN) * KC, RB = KW * 2, CPR = KW / 8, RPP = 32 / CPR, PASSES = CN / RPP;
-  static_assert(CN % RPP == 0 && RPP % 8 == 0, "every pass of the warp has the same swizzle phase");
-  const int lane = threadIdx.x & 31, lr = lane / CPR, lc = lane % CPR;
-  const T* src0 = W + int64_t(lr) * K + lc * 8;
-  const uint32_t dst0 = smem_u32(ws) + lr * RB + ((lc ^ swz_row<RB>(lr)) << 4);
+  using Copy = ChunkCopy<T, 32, CN, K, KW>;
+  static_assert(Copy::FITS, "every pass of the warp has the same swizzle phase");
+  constexpr int KC = K / KW, ITERS = (N / CN) * KC;
+  const Copy copy(W, ws, threadIdx.x & 31);
   for (int it = 0; it < ITERS; ++it) {
     const int s = it % S;
     if (it >= S) mbar_wait(empty + 8 * s, ((it / S) - 1) & 1);  // the chunk it - S is released
-    const T* src = src0 + int64_t((it / KC) * CN) * K + (it % KC) * KW;
-    const uint32_t dst = dst0 + s * (CN * RB);
-#pragma unroll
-    for (int j = 0; j < PASSES; ++j) cp_async16_shared(dst + j * RPP * RB, src + int64_t(j) * RPP * K);
+    copy((it / KC) * CN, (it % KC) * KW, s * (CN * Copy::RB));
     cp_async_mbar_arrive(full + 8 * s);
   }
   cp_async_wait<0>();
@@ -603,12 +622,7 @@ __device__ __forceinline__ void wg_gemm_ws_consume(const T* A, const T* ws, uint
     wgmma_wait<0>();
     fence_regs(acc);
     if (lane == 0) mbar_arrive(empty + 8 * (((nc + 1) * KC - 1) % S));  // the column chunk's last stage
-    const int n0 = nc * CN + wn * BNW, r0 = wm * 64 + warp * 16 + g;
-#pragma unroll
-    for (int jb = 0; jb < BNW / 8; jb += 4) {
-      epi(r0, n0 + (jb + t) * 8, quad_transpose<T>(acc, jb, 0));
-      epi(r0 + 8, n0 + (jb + t) * 8, quad_transpose<T>(acc, jb, 2));
-    }
+    store_vec8<T, BNW>(acc, wm * 64 + warp * 16 + g, nc * CN + wn * BNW, t, epi);
   }
 }
 
