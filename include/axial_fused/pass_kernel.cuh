@@ -500,19 +500,6 @@ __global__ void __launch_bounds__(Tr::THREADS) ln_qkv_kernel(const __grid_consta
 template <class T, int D>
 struct QkvSm90 {
   static constexpr int N = 3 * D;
-  // Kernel experiment -DAXIAL_FUSED_QKV_WS=1 (session 7, not yet run on a GPU): the product on
-  // wg_gemm_ws, a producer warp streaming the weight (32 threads more, 128 bytes of mbarriers).
-#ifndef AXIAL_FUSED_QKV_WS
-#define AXIAL_FUSED_QKV_WS 0
-#endif
-  static constexpr bool WS = AXIAL_FUSED_QKV_WS;
-  static constexpr int THREADS = WS ? 288 : 256;
-  static constexpr size_t BAR_BYTES = WS ? 16 * 8 : 0;  // full[S] and empty[S], S <= 8
-  static constexpr size_t SLACK = 128 * sizeof(int64_t) + BAR_BYTES + 1024;  // row offsets, barriers, alignment
-  static constexpr size_t BUDGET = 227 * 1024 - SLACK;           // one block's opt-in limit
-  static constexpr int WGM = size_t(128) * D * 2 + 3 * 8192 <= BUDGET ? 2 : 1;  // 128 or 64 tokens per block
-  static constexpr int BM = 64 * WGM, WGN = 2 / WGM;
-  static constexpr size_t A_BYTES = size_t(BM) * D * 2;
   // Weight-chunk depth (K columns per stage): 32 halves a stage against 64, so 128-wide chunks fit
   // beside msa's A twice per SM and beside esm's 128-token A at all. Measured (session 7): msa K1
   // 255 -> 243 us per pass; esm unchanged (441). -DAXIAL_FUSED_QKV_KW=64 restores 64-deep chunks.
@@ -521,6 +508,20 @@ struct QkvSm90 {
 #else
   static constexpr int KW = 32;
 #endif
+  // Warp-specialized product (wg_gemm_ws_*): a producer warp streams the weight (32 threads more,
+  // 128 bytes of mbarriers). Measured (session 8) against wg_gemm: msa 235 -> 217, esm 413 -> 352 us
+  // per pass. -DAXIAL_FUSED_QKV_WS=0 (kernel experiment) restores wg_gemm; it needs 32-deep chunks.
+#ifndef AXIAL_FUSED_QKV_WS
+#define AXIAL_FUSED_QKV_WS 1
+#endif
+  static constexpr bool WS = AXIAL_FUSED_QKV_WS && KW == 32;
+  static constexpr int THREADS = WS ? 288 : 256;
+  static constexpr size_t BAR_BYTES = WS ? 16 * 8 : 0;  // full[S] and empty[S], S <= 8
+  static constexpr size_t SLACK = 128 * sizeof(int64_t) + BAR_BYTES + 1024;  // row offsets, barriers, alignment
+  static constexpr size_t BUDGET = 227 * 1024 - SLACK;           // one block's opt-in limit
+  static constexpr int WGM = size_t(128) * D * 2 + 3 * 8192 <= BUDGET ? 2 : 1;  // 128 or 64 tokens per block
+  static constexpr int BM = 64 * WGM, WGN = 2 / WGM;
+  static constexpr size_t A_BYTES = size_t(BM) * D * 2;
   static constexpr size_t stage_bytes(int bnw) { return size_t(WGN) * bnw * KW * 2; }
   // 128-wide weight chunks (m64n128: half the barriers and less shared-memory traffic per flop than
   // n64) wherever 3 stages of them fit; else two blocks per SM (228 KB, 1 KB reserved per block) with

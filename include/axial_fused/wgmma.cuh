@@ -461,14 +461,14 @@ __device__ __forceinline__ void wg_gemm(const T* A, const T* W, T* ws, Epi&& epi
   const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const uint32_t a_base = smem_u32(A) + wm * 64 * 128, w_base = smem_u32(ws) + wn * BNW * RB;
 
-  // Kernel experiment (-DAXIAL_FUSED_WG_LOAD_HOIST=1; session 7, written after the device time ran
-  // out, not yet run on a GPU): every thread copies the same rows and 16-byte piece of each chunk, so
-  // its source pointer and stage offset are computed once and each chunk costs PASSES unrolled
-  // cp.async plus one 64-bit add. ncu's per-instruction samples of esm's K1 put 69% of its stall
-  // samples in the ~130 instructions of one step (this loop's index arithmetic, its branches, the
-  // barrier), and the tensor pipe active 29% of the time (docs/performance.md, session 7).
+  // Every thread copies the same rows and 16-byte piece of each chunk, so its source pointer and
+  // stage offset are computed once and each chunk costs PASSES unrolled cp.async plus one 64-bit add
+  // (ncu had put 69% of esm K1's stall samples in the general copy loop's index arithmetic, branches
+  // and barrier). Measured (session 8): esm K1 434 -> 413 us, esm's attention kernels 389 / 215 ->
+  // 364 / 186, latent's fused kernel 87.5 -> 81 us per pass (docs/performance.md).
+  // -DAXIAL_FUSED_WG_LOAD_HOIST=0 restores the general loop.
 #ifndef AXIAL_FUSED_WG_LOAD_HOIST
-#define AXIAL_FUSED_WG_LOAD_HOIST 0
+#define AXIAL_FUSED_WG_LOAD_HOIST 1
 #endif
   using Copy = ChunkCopy<T, THREADS, CN, K, KW>;
   constexpr bool HOIST = AXIAL_FUSED_WG_LOAD_HOIST && Copy::FITS;
@@ -562,8 +562,8 @@ __device__ __forceinline__ void wg_gemm(const T* A, const T* W, T* ws, Epi&& epi
 #endif
 }
 
-// Warp-specialized form of wg_gemm (kernel experiment -DAXIAL_FUSED_QKV_WS=1 for K1; session 7,
-// written after the device time ran out, not yet run on a GPU). The same product, Y = A @ W^T with
+// Warp-specialized form of wg_gemm (K1's product; -DAXIAL_FUSED_QKV_WS=0 puts K1 back on wg_gemm).
+// The same product, Y = A @ W^T with
 // VEC8 epilogues, but the weight chunks (CN x KW, KW = 32, SW64) come from one producer warp, and
 // each stage has two mbarriers: full[s] (32 arrivals: each producer lane's cp.async of the chunk have
 // landed) and empty[s] (8 arrivals: every consumer warp's wgmma that read it are done). The consumer
