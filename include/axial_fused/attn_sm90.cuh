@@ -159,35 +159,45 @@ __global__ void __launch_bounds__(256, 1) attn_sm90_kernel(const __grid_constant
     oo[r] = ok ? out_offset(p, s, q0 + r) : -1;
   }
 
-  // This warpgroup's heads h = 2 i + wg, i < nh; chunk j = i * nkt + kt is head i's key tile kt (with
-  // the head's queries when kt = 0). la = chunks requested ahead of the one in use: at most SW - 2 (the
-  // previous chunk's last P V is still in flight during this one's first unit, so its stage stays), and
-  // at most nkt so a query buffer is refilled only after its head is done.
+  // This warpgroup's heads h = 2 i + wg, i < nh; chunk j = i * nkt + n is head i's n-th key tile (with
+  // the head's queries when n = 0). A head takes its tiles in the order nkt - 1, 0, 1, ..., nkt - 2:
+  // the one tile that can run past the sequence's end comes first, so only a head's first units mask
+  // (the online softmax does not depend on the order). la = chunks requested ahead of the one in use:
+  // at most SW - 2 (the previous chunk's last P V is still in flight during this one's first unit, so
+  // its stage stays), and at most nkt so a query buffer is refilled only after its head is done.
   const int nh = (HEADS - wg + 1) / 2, nj = nh * nkt, la = SW - 2 < nkt ? SW - 2 : nkt;
-  unsigned char* wq = qbuf + wg * 2 * C::Q_BYTES;
-  unsigned char* wring = ring + wg * SW * C::STAGE;
-  // Rows [row0, row0 + n) of column block `col` of the scratch into an RB-row swizzled tile (rows past
-  // L read as zeros).
-  auto copy_rows = [&](unsigned char* dst, int row0, int n, int col) {
-    for (int v = wtid; v < n * CH; v += 128) {
-      const int r = v / CH, c = v % CH, row = row0 + r;
-      const bool ok = row < L;
-      cp_async16(dst + r * RB + ((c ^ swz_row<RB>(r)) << 4), ok ? qkv + int64_t(row) * (3 * D) + col + c * 8 : qkv, ok);
+  const uint32_t q_base = smem_u32(qbuf) + wg * 2 * C::Q_BYTES, r_base = smem_u32(ring) + wg * SW * C::STAGE;
+  // Rows [row0, row0 + NR) of column block `col` of the scratch into an RB-row swizzled tile at `dst`
+  // (rows past L read as zeros). Each thread copies the same 16-byte piece lc of rows lr, lr + RPP, ...
+  // of every tile (the swizzle repeats every 8 rows), so its offsets are computed once here.
+  constexpr int RPP = 128 / CH;
+  static_assert(RPP % 8 == 0 && BM % RPP == 0 && BN % RPP == 0, "whole passes of the warpgroup");
+  const int lr = wtid / CH, lc = wtid % CH;
+  const T* src0 = qkv + int64_t(lr) * (3 * D) + lc * 8;
+  const uint32_t dst0 = lr * RB + ((lc ^ swz_row<RB>(lr)) << 4);
+  auto copy_rows = [&](uint32_t dst, int row0, auto rows_c, int col) {
+    constexpr int NR = decltype(rows_c)::value;
+    const T* from = src0 + int64_t(row0) * (3 * D) + col;
+#pragma unroll
+    for (int pass = 0; pass < NR / RPP; ++pass) {
+      const bool ok = row0 + lr + pass * RPP < L;
+      cp_async16_shared(dst + dst0 + pass * RPP * RB, ok ? from + pass * RPP * (3 * D) : qkv, ok);
     }
   };
+  using QRows = std::integral_constant<int, BM>;
+  using KRows = std::integral_constant<int, BN>;
   auto load = [&](int j) {
     if (j < nj) {
-      const int i = j / nkt, kt = j % nkt, h = 2 * i + wg;
-      if (kt == 0) copy_rows(wq + (i & 1) * C::Q_BYTES, q0, BM, h * HD);
-      unsigned char* st = wring + (j % SW) * C::STAGE;
-      copy_rows(st, kt * BN, BN, D + h * HD);
-      copy_rows(st + BN * RB, kt * BN, BN, 2 * D + h * HD);
+      const int i = j / nkt, n = j % nkt, kt = n == 0 ? nkt - 1 : n - 1, h = 2 * i + wg;
+      if (n == 0) copy_rows(q_base + (i & 1) * C::Q_BYTES, q0, QRows{}, h * HD);
+      const uint32_t st = r_base + (j % SW) * C::STAGE;
+      copy_rows(st, kt * BN, KRows{}, D + h * HD);
+      copy_rows(st + BN * RB, kt * BN, KRows{}, 2 * D + h * HD);
     }
     cp_async_commit();  // possibly empty: one group per chunk
   };
   for (int j = 0; j < la; ++j) load(j);
 
-  const uint32_t q_base = smem_u32(wq), r_base = smem_u32(wring);
   // Ping-pong: warpgroup w issues its products after barrier 3 + w, then lets the other one issue
   // (arrive at 3 + (1 - w)); warpgroup 1 starts by letting warpgroup 0 go first, so its very last
   // arrive has no partner and goes to barrier 5 (128 threads: completes at once).
@@ -216,9 +226,9 @@ __global__ void __launch_bounds__(256, 1) attn_sm90_kernel(const __grid_constant
     uint32_t p_buf[2][BN / 16][4];
     float alpha[2];
     uint32_t v_prev = 0;  // the previous unit's values; its query half is (m + MT - 1) % MT
-    // Waits for key tile kt's chunk, requests the one la ahead; returns the tile's k address.
-    auto tile_start = [&](int kt) {
-      const int j = i * nkt + kt;
+    // Waits for the head's n-th chunk, requests the one la ahead; returns the tile's k address.
+    auto tile_start = [&](int n) {
+      const int j = i * nkt + n;
       if (la == 0) {  // no room to run ahead (SW = 2): load the chunk now, into chunk j - 2's stage
         warpgroup_sync(wg);
         load(j);
@@ -234,10 +244,11 @@ __global__ void __launch_bounds__(256, 1) attn_sm90_kernel(const __grid_constant
       AXIAL_PHASE(1);
       return r_base + (j % SW) * C::STAGE;
     };
-    // One unit (query half M of key tile kt). FIRST and M are compile-time: a wgmma under a run-time
+    // One unit (query half M of key tile kt). FIRST (the head's first unit), M and MASK (a unit of the
+    // head's first tile, the only one that can run past L) are compile-time: a wgmma under a run-time
     // branch makes ptxas serialize every wgmma of the kernel.
-    auto unit = [&](auto first_c, auto m_c, uint32_t k_base, int kt) {
-      constexpr bool FIRST = decltype(first_c)::value;
+    auto unit = [&](auto first_c, auto m_c, auto mask_c, uint32_t k_base, int kt) {
+      constexpr bool FIRST = decltype(first_c)::value, MASK = decltype(mask_c)::value;
       constexpr int M = decltype(m_c)::value;
       constexpr int CUR = MT == 2 ? M : 0, PREV = MT == 2 ? 1 - M : 1;  // the last unit's P ends in p_buf[1]
       float sc[BN / 2];
@@ -263,7 +274,9 @@ __global__ void __launch_bounds__(256, 1) attn_sm90_kernel(const __grid_constant
       }
       fence_regs(sc);
       AXIAL_PHASE(2);
-      if (kt * BN + BN > L) mask_keys<BN>(sc, L - kt * BN);
+      if constexpr (MASK) {
+        if (kt * BN + BN > L) mask_keys<BN>(sc, L - kt * BN);
+      }
       softmax_tile<T, BN>(sc, m_run[M], l_run[M], alpha, p_buf[CUR], p.scale_log2);
       AXIAL_PHASE(3);
       if constexpr (!FIRST) {
@@ -290,15 +303,15 @@ __global__ void __launch_bounds__(256, 1) attn_sm90_kernel(const __grid_constant
     };
     using Half0 = std::integral_constant<int, 0>;
     using Half1 = std::integral_constant<int, MT - 1>;
-    {
+    {  // the last key tile first (it may be partial), then tiles 0 .. nkt - 2
       const uint32_t k_base = tile_start(0);
-      unit(std::true_type{}, Half0{}, k_base, 0);
-      if constexpr (MT == 2) unit(std::false_type{}, Half1{}, k_base, 0);
+      unit(std::true_type{}, Half0{}, std::true_type{}, k_base, nkt - 1);
+      if constexpr (MT == 2) unit(std::false_type{}, Half1{}, std::true_type{}, k_base, nkt - 1);
     }
-    for (int kt = 1; kt < nkt; ++kt) {
-      const uint32_t k_base = tile_start(kt);
-      unit(std::false_type{}, Half0{}, k_base, kt);
-      if constexpr (MT == 2) unit(std::false_type{}, Half1{}, k_base, kt);
+    for (int n = 1; n < nkt; ++n) {
+      const uint32_t k_base = tile_start(n);
+      unit(std::false_type{}, Half0{}, std::false_type{}, k_base, n - 1);
+      if constexpr (MT == 2) unit(std::false_type{}, Half1{}, std::false_type{}, k_base, n - 1);
     }
     // Drain: the last unit's P V.
     wgmma_fence();

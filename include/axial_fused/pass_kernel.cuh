@@ -617,7 +617,7 @@ __global__ void __launch_bounds__(QkvSm90<T, D>::THREADS, QkvSm90<T, D>::MINB)
   T* qkv = static_cast<T*>(p.scratch);
   const int64_t L = p.len, tokens = p.num_seq * L, t0 = int64_t(blockIdx.x) * BM;
   auto store = [&](int r, int c, uint4 v) {
-    if (t0 + r < tokens) *reinterpret_cast<uint4*>(qkv + (t0 + r) * C::N + c) = v;
+    if ((AXIAL_FUSED_DIAG_K1 & 2) == 0 && t0 + r < tokens) *reinterpret_cast<uint4*>(qkv + (t0 + r) * C::N + c) = v;
   };
 
   // 1. Request the tile's raw rows (straight into their SW128 places; rows past the end read as 0).

@@ -573,6 +573,13 @@ __device__ __forceinline__ void wg_gemm(const T* A, const T* W, T* ws, Epi&& epi
 //
 // Producer: the one extra warp; refills stage s once its previous chunk is released. Each lane copies
 // rows lr, lr + 8, ... of the chunk (its 16-byte piece lc), so its addresses are computed once.
+// Timing diagnostics of the warp-specialized product (-DAXIAL_FUSED_DIAG_K1=bits; WRONG RESULTS, for
+// scripts/variants.sh with TESTS="" only): 1 = the producer copies nothing (the consumers' ceiling),
+// 2 = K1 stores no q/k/v (pass_kernel.cuh), 4 = the consumers skip the per-step proxy fence.
+#ifndef AXIAL_FUSED_DIAG_K1
+#define AXIAL_FUSED_DIAG_K1 0
+#endif
+
 template <class T, int CN, int N, int K, int S, int KW>
 __device__ __forceinline__ void wg_gemm_ws_produce(const T* W, T* ws, uint32_t full, uint32_t empty) {
   static_assert(KW == 32, "the producer's address pattern assumes 64-byte chunk rows");
@@ -583,7 +590,7 @@ __device__ __forceinline__ void wg_gemm_ws_produce(const T* W, T* ws, uint32_t f
   for (int it = 0; it < ITERS; ++it) {
     const int s = it % S;
     if (it >= S) mbar_wait(empty + 8 * s, ((it / S) - 1) & 1);  // the chunk it - S is released
-    copy((it / KC) * CN, (it % KC) * KW, s * (CN * Copy::RB));
+    if constexpr (!(AXIAL_FUSED_DIAG_K1 & 1)) copy((it / KC) * CN, (it % KC) * KW, s * (CN * Copy::RB));
     cp_async_mbar_arrive(full + 8 * s);
   }
   cp_async_wait<0>();
@@ -607,7 +614,7 @@ __device__ __forceinline__ void wg_gemm_ws_consume(const T* A, const T* ws, uint
     for (int kc = 0; kc < KC; ++kc) {
       const int it = nc * KC + kc, s = it % S;
       mbar_wait(full + 8 * s, (it / S) & 1);  // the chunk has landed ...
-      fence_proxy_async();                    // ... and is visible to the tensor cores
+      if constexpr (!(AXIAL_FUSED_DIAG_K1 & 4)) fence_proxy_async();  // ... and is visible to the tensor cores
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < KW / 16; ++kk) {
