@@ -1,12 +1,13 @@
 """Static instruction counts of the loops that issue tensor-core products, from a cubin's SASS (no GPU):
 
-    python scripts/sass_loops.py CUBIN KERNEL_SUBSTRING [--all]
+    python scripts/sass_loops.py CUBIN KERNEL_SUBSTRING [--all] [--stores]
 
 Disassembles CUBIN with nvdisasm (the CUDA toolkit's, or the copy the triton wheel bundles), takes the
 kernels whose mangled names contain KERNEL_SUBSTRING, and prints for each backward branch whose body
 holds an HGMMA (wgmma) or HMMA (mma.sync) the body's instruction count and its mix: the innermost such
 loop is the main loop, whose length per step is what an issue-bound kernel pays (docs/performance.md,
-session 7). --all prints the enclosing loops too. Example (a kernel file compiled for sm_90a):
+session 7). --all prints the enclosing loops too; --stores prints the kernel's global stores by width
+(`STG.E` is 32 bits, `STG.E.64`, `STG.E.128`). Example (a kernel file compiled for sm_90a):
 
     nvcc -std=c++17 -O3 -Iinclude -arch=sm_90a -cubin -o k.cubin kernels/axial_bf16_d768_h12.cu
     python scripts/sass_loops.py k.cubin ln_qkv_sm90
@@ -55,7 +56,7 @@ def functions(sass: str):
 def main() -> None:
     if len(sys.argv) < 3:
         sys.exit(__doc__)
-    cubin, want, show_all = sys.argv[1], sys.argv[2], "--all" in sys.argv[3:]
+    cubin, want, show_all, stores = sys.argv[1], sys.argv[2], "--all" in sys.argv[3:], "--stores" in sys.argv[3:]
     sass = subprocess.run([nvdisasm(), "-c", cubin], check=True, capture_output=True, text=True).stdout
     for name, ins, labels in functions(sass):
         if want not in name:
@@ -70,6 +71,13 @@ def main() -> None:
                     loops.append((len(body), labels[b.group(1)], addr, mma, body))
         loops.sort()
         print(f"{name}: {len(ins)} instructions")
+        if stores:
+            widths: dict[str, int] = {}
+            for _, text in ins:
+                st = re.search(r"\b(STG\.E(?:\.(?:64|128|U8|S8|U16|S16))?)\b", text)
+                if st:
+                    widths[st.group(1)] = widths.get(st.group(1), 0) + 1
+            print("  global stores: " + (", ".join(f"{k} x{v}" for k, v in sorted(widths.items())) or "none"))
         for n, lo, hi, mma, body in loops if show_all else loops[:1]:
             count = lambda *keys: sum(any(k in t for k in keys) for t in body)  # noqa: E731
             print(f"  loop {lo:#x}-{hi:#x}: {n} instructions, {mma} tensor-core products, "

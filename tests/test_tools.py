@@ -1,7 +1,8 @@
 """Developer tools that need no GPU (CPU, skipped without nvcc or nvdisasm): the SASS main-loop counter
 `scripts/sass_loops.py`, run on the K1 kernel compiled for sm_90a in its default warp-specialized form
 and on wg_gemm (-DAXIAL_FUSED_QKV_WS=0), checks what the warp specialization is for: its consumers'
-main loop issues the same tensor-core products with no cp.async and no block barrier."""
+main loop issues the same tensor-core products with no cp.async and no block barrier; and that the
+16-byte-store experiment stores q/k/v with STG.E.128 only."""
 from __future__ import annotations
 
 import os
@@ -24,21 +25,27 @@ def _nvcc() -> str | None:
     return shutil.which("nvcc")
 
 
-def _main_loop(tmp_path: Path, flags: list[str]) -> dict[str, int]:
+def _sass_loops(tmp_path: Path, flags: list[str], *extra: str) -> str:
+    """scripts/sass_loops.py's report on K1 (ln_qkv_sm90) compiled for sm_90a with `flags`."""
     nvcc = _nvcc()
     if nvcc is None or not KERNEL.exists():
         pytest.skip("needs nvcc and the generated kernel files")
     cubin = tmp_path / ("k" + "".join(f.split("=")[0][-4:] for f in flags) + ".cubin")
     subprocess.run([nvcc, "-std=c++17", "-O3", f"-I{ROOT / 'include'}", "-arch=sm_90a", "-cubin", *flags,
                     "-o", str(cubin), str(KERNEL)], check=True, capture_output=True)
-    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "sass_loops.py"), str(cubin), "ln_qkv_sm90"],
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "sass_loops.py"), str(cubin), "ln_qkv_sm90", *extra],
                          capture_output=True, text=True)
     if out.returncode != 0 and "no nvdisasm" in out.stderr + out.stdout:
         pytest.skip("no nvdisasm here")
     assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def _main_loop(tmp_path: Path, flags: list[str]) -> dict[str, int]:
+    out = _sass_loops(tmp_path, flags)
     m = re.search(r"loop \S+: (\d+) instructions, (\d+) tensor-core products, (\d+) cp.async, "
-                  r"(\d+) named/block barriers, (\d+) mbarrier ops", out.stdout)
-    assert m, out.stdout
+                  r"(\d+) named/block barriers, (\d+) mbarrier ops", out)
+    assert m, out
     keys = ("instructions", "products", "cp_async", "barriers", "mbarrier")
     return dict(zip(keys, map(int, m.groups())))
 
@@ -57,3 +64,15 @@ def test_warp_specialized_k1_consumers_issue_no_copies_or_block_barriers(tmp_pat
     # wg_gemm with the hoisted copies, the default since session 8, the consumers' loop at this
     # specialization is 85 per product to wg_gemm's 78; the mbarrier waits replace the block barrier.)
     assert ws["products"] == base["products"], (base, ws)
+
+
+@pytest.mark.parametrize("flags", [["-DAXIAL_FUSED_QKV_ST128=1"],
+                                   ["-DAXIAL_FUSED_QKV_ST128=1", "-DAXIAL_FUSED_QKV_STORE_DEFER=1"]])
+def test_k1_st128_stores_q_k_v_sixteen_bytes_per_instruction(tmp_path, flags):
+    # The experiment's point: the uint4 assignment compiles to four 32-bit STG.E (session 8); with
+    # st_global_16 every q/k/v store is one STG.E.128 and no narrower global store is left.
+    out = _sass_loops(tmp_path, flags, "--stores")
+    m = re.search(r"global stores: (.*)", out)
+    assert m, out
+    widths = dict((k, int(v)) for k, v in re.findall(r"(STG\.E\S*) x(\d+)", m.group(1)))
+    assert widths.get("STG.E.128", 0) >= 1 and set(widths) == {"STG.E.128"}, widths

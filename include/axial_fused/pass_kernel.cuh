@@ -515,6 +515,9 @@ struct QkvSm90 {
 #define AXIAL_FUSED_QKV_WS 1
 #endif
   static constexpr bool WS = AXIAL_FUSED_QKV_WS && KW == 32;
+#ifndef AXIAL_FUSED_QKV_ST128
+#define AXIAL_FUSED_QKV_ST128 0
+#endif
   static constexpr int THREADS = WS ? 288 : 256;
   static constexpr size_t BAR_BYTES = WS ? 16 * 8 : 0;  // full[S] and empty[S], S <= 8
   static constexpr size_t SLACK = 128 * sizeof(int64_t) + BAR_BYTES + 1024;  // row offsets, barriers, alignment
@@ -549,7 +552,8 @@ struct QkvSm90 {
   static constexpr int S = S_FIT < 3 ? 3 : S_FIT < AXIAL_FUSED_QKV_STAGES ? S_FIT : AXIAL_FUSED_QKV_STAGES;
   static constexpr size_t SMEM = SLACK + A_BYTES + S * STAGE;
   // Blocks per SM the register budget is set for (228 KB of shared memory, 1 KB reserved per block).
-  static constexpr int MINB = KW == 32 && 2 * (SMEM + 1024) <= 228 * 1024 ? 2 : 1;
+  // (The deferred-store experiment holds a column chunk's outputs in registers: one block per SM.)
+  static constexpr int MINB = KW == 32 && 2 * (SMEM + 1024) <= 228 * 1024 && !AXIAL_FUSED_QKV_STORE_DEFER ? 2 : 1;
   static_assert(!WS || (KW == 32 && S <= 8 && (BNW == 64 || BNW == 128)), "the warp-specialized form's limits");
   static_assert(A_BYTES + S * STAGE <= BUDGET && N % (WGN * BNW) == 0, "no Hopper QKV configuration fits");
 };
@@ -616,8 +620,17 @@ __global__ void __launch_bounds__(QkvSm90<T, D>::THREADS, QkvSm90<T, D>::MINB)
   T* ws = reinterpret_cast<T*>(base + C::A_BYTES);
   T* qkv = static_cast<T*>(p.scratch);
   const int64_t L = p.len, tokens = p.num_seq * L, t0 = int64_t(blockIdx.x) * BM;
+  // Kernel experiment -DAXIAL_FUSED_QKV_ST128=1 (session 8, not yet run on a GPU): the 16-byte vectors
+  // stored with one STG.128 each (st_global_16) instead of the four 32-bit stores the compiler makes
+  // of the uint4 assignment.
   auto store = [&](int r, int c, uint4 v) {
-    if ((AXIAL_FUSED_DIAG_K1 & 2) == 0 && t0 + r < tokens) *reinterpret_cast<uint4*>(qkv + (t0 + r) * C::N + c) = v;
+    if ((AXIAL_FUSED_DIAG_K1 & 2) == 0 && t0 + r < tokens) {
+      if constexpr (AXIAL_FUSED_QKV_ST128) {
+        st_global_16(qkv + (t0 + r) * C::N + c, v);
+      } else {
+        *reinterpret_cast<uint4*>(qkv + (t0 + r) * C::N + c) = v;
+      }
+    }
   };
 
   // 1. Request the tile's raw rows (straight into their SW128 places; rows past the end read as 0).

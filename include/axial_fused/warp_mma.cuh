@@ -45,6 +45,13 @@ template <class T> __device__ __forceinline__ float2 load2(const T* p) {
 
 // ---- raw instructions ---------------------------------------------------------------------------
 
+// 16 bytes to global memory in one instruction (STG.E.128). K1's `*reinterpret_cast<uint4*>(p) = v`
+// compiles to four 32-bit stores (st.global.u32 in the PTX, session 8): four times the store
+// instructions and L2 write requests, each a partial sector.
+__device__ __forceinline__ void st_global_16(void* p, uint4 v) {
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+}
+
 __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_u32(p)));

@@ -596,6 +596,70 @@ __device__ __forceinline__ void wg_gemm_ws_produce(const T* W, T* ws, uint32_t f
   cp_async_wait<0>();
 }
 
+// One weight step of the consumers (chunk `it`, the kc-th of its column chunk): wait until the stage's
+// chunk has landed, make it visible to the tensor cores, issue its products into acc (kc = 0
+// overwrites). Not committed.
+template <class T, int BM, int BNW, int CN, int S, int KW>
+__device__ __forceinline__ void ws_step(float (&acc)[BNW / 2], uint32_t a_base, uint32_t w_base, uint32_t full, int it,
+                                        int kc) {
+  constexpr int RB = KW * 2;
+  const int s = it % S;
+  mbar_wait(full + 8 * s, (it / S) & 1);
+  if constexpr (!(AXIAL_FUSED_DIAG_K1 & 4)) fence_proxy_async();
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < KW / 16; ++kk) {
+    const int ka = kc * KW + kk * 16;
+    Wgmma<T, BNW>::mma(acc, sw128_desc(a_base + (ka >> 6) * BM * 128 + (ka & 63) * 2),
+                       swz_desc<RB>(w_base + s * CN * RB + kk * 32), kc > 0 || kk > 0);
+  }
+}
+
+// Kernel experiment -DAXIAL_FUSED_QKV_STORE_DEFER=1 (session 8, written after the device time ran out,
+// not yet run on a GPU). Measured: K1 without its q/k/v stores runs 137 of 216 us per pass faster at
+// msa and 150 of 354 at esm (-DAXIAL_FUSED_DIAG_K1=2, docs/performance.md), far more than the stores'
+// own issue cost: every block reaches its column-chunk epilogue at the same moment, so the whole GPU
+// writes in bursts (~8.6 MB at msa) while the tensor cores wait, and writes nothing in between. Here a
+// column chunk's outputs are rounded and quad-transposed into registers (BNW / 16 16-byte vectors per
+// thread) and stored one per weight step of the next chunk, after that step's products are issued,
+// so the writes trickle out while the tensor cores work; the last chunk's go out at the end.
+#ifndef AXIAL_FUSED_QKV_STORE_DEFER
+#define AXIAL_FUSED_QKV_STORE_DEFER 0
+#endif
+template <class T, int WGM, int WGN, int BNW, int N, int K, int S, int KW, class Epi>
+__device__ __forceinline__ void wg_gemm_ws_consume_deferred(float (&acc)[BNW / 2], uint32_t a_base, uint32_t w_base,
+                                                            uint32_t full, uint32_t empty, Epi& epi) {
+  constexpr int BM = 64 * WGM, CN = WGN * BNW, KC = K / KW, NP = BNW / 16;
+  const int wn = (threadIdx.x >> 7) / WGM, wm = (threadIdx.x >> 7) % WGM;
+  const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int r0 = wm * 64 + warp * 16 + g;
+  uint4 pend[NP];  // vector i: row r0 + 8 (i % 2), columns pend_n0 + ((i / 2) * 4 + t) * 8 .. + 7
+  int pend_n0 = 0;
+  auto put = [&](int i) { epi(r0 + 8 * (i & 1), pend_n0 + ((i >> 1) * 4 + t) * 8, pend[i]); };
+  for (int nc = 0; nc < N / CN; ++nc) {
+#pragma unroll
+    for (int kc = 0; kc < KC; ++kc) {  // unrolled: pend[kc] stays in registers
+      const int it = nc * KC + kc;
+      ws_step<T, BM, BNW, CN, S, KW>(acc, a_base, w_base, full, it, kc);
+      wgmma_commit();
+      if (kc < NP && nc > 0) put(kc);  // the previous chunk's outputs, one vector per step
+      wgmma_wait<1>();
+      if (kc > 0 && lane == 0) mbar_arrive(empty + 8 * ((it - 1) % S));
+    }
+#pragma unroll
+    for (int i = KC; i < NP; ++i)  // more vectors than weight steps (small K)
+      if (nc > 0) put(i);
+    wgmma_wait<0>();
+    fence_regs(acc);
+    if (lane == 0) mbar_arrive(empty + 8 * (((nc + 1) * KC - 1) % S));
+#pragma unroll
+    for (int i = 0; i < NP; ++i) pend[i] = quad_transpose<T>(acc, (i >> 1) * 4, 2 * (i & 1));
+    pend_n0 = nc * CN + wn * BNW;
+  }
+#pragma unroll
+  for (int i = 0; i < NP; ++i) put(i);
+}
+
 // Consumers: the WGM x WGN = 2 warpgroups (threads 0 .. 255) over A, as wg_gemm; A must be written and
 // fenced, and visible to both, before the call.
 template <class T, int WGM, int WGN, int BNW, int N, int K, int S, int KW, class Epi>
@@ -610,18 +674,14 @@ __device__ __forceinline__ void wg_gemm_ws_consume(const T* A, const T* ws, uint
   float acc[BNW / 2];
 #pragma unroll
   for (int i = 0; i < BNW / 2; ++i) acc[i] = 0.f;
+  if constexpr (AXIAL_FUSED_QKV_STORE_DEFER) {
+    wg_gemm_ws_consume_deferred<T, WGM, WGN, BNW, N, K, S, KW>(acc, a_base, w_base, full, empty, epi);
+    return;
+  }
   for (int nc = 0; nc < N / CN; ++nc) {
     for (int kc = 0; kc < KC; ++kc) {
-      const int it = nc * KC + kc, s = it % S;
-      mbar_wait(full + 8 * s, (it / S) & 1);  // the chunk has landed ...
-      if constexpr (!(AXIAL_FUSED_DIAG_K1 & 4)) fence_proxy_async();  // ... and is visible to the tensor cores
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < KW / 16; ++kk) {
-        const int ka = kc * KW + kk * 16;
-        Wgmma<T, BNW>::mma(acc, sw128_desc(a_base + (ka >> 6) * BM * 128 + (ka & 63) * 2),
-                           swz_desc<RB>(w_base + s * CN * RB + kk * 32), kc > 0 || kk > 0);
-      }
+      const int it = nc * KC + kc;
+      ws_step<T, BM, BNW, CN, S, KW>(acc, a_base, w_base, full, it, kc);
       wgmma_commit();
       wgmma_wait<1>();  // the products of chunk it - 1 are done: release its stage
       if (kc > 0 && lane == 0) mbar_arrive(empty + 8 * ((it - 1) % S));
