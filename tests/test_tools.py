@@ -2,7 +2,7 @@
 `scripts/sass_loops.py`, run on the K1 kernel compiled for sm_90a in its default warp-specialized form
 and on wg_gemm (-DAXIAL_FUSED_QKV_WS=0), checks what the warp specialization is for: its consumers'
 main loop issues the same tensor-core products with no cp.async and no block barrier; and that the
-16-byte-store experiment stores q/k/v with STG.E.128 only."""
+16-byte-store experiments store with STG.E.128 only."""
 from __future__ import annotations
 
 import os
@@ -25,15 +25,15 @@ def _nvcc() -> str | None:
     return shutil.which("nvcc")
 
 
-def _sass_loops(tmp_path: Path, flags: list[str], *extra: str) -> str:
-    """scripts/sass_loops.py's report on K1 (ln_qkv_sm90) compiled for sm_90a with `flags`."""
+def _sass_loops(tmp_path: Path, flags: list[str], *extra: str, kernel: str = "ln_qkv_sm90") -> str:
+    """scripts/sass_loops.py's report on `kernel` (default K1) compiled for sm_90a with `flags`."""
     nvcc = _nvcc()
     if nvcc is None or not KERNEL.exists():
         pytest.skip("needs nvcc and the generated kernel files")
     cubin = tmp_path / ("k" + "".join(f.split("=")[0][-4:] for f in flags) + ".cubin")
     subprocess.run([nvcc, "-std=c++17", "-O3", f"-I{ROOT / 'include'}", "-arch=sm_90a", "-cubin", *flags,
                     "-o", str(cubin), str(KERNEL)], check=True, capture_output=True)
-    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "sass_loops.py"), str(cubin), "ln_qkv_sm90", *extra],
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "sass_loops.py"), str(cubin), kernel, *extra],
                          capture_output=True, text=True)
     if out.returncode != 0 and "no nvdisasm" in out.stderr + out.stdout:
         pytest.skip("no nvdisasm here")
@@ -66,13 +66,24 @@ def test_warp_specialized_k1_consumers_issue_no_copies_or_block_barriers(tmp_pat
     assert ws["products"] == base["products"], (base, ws)
 
 
+def _store_widths(out: str) -> dict[str, int]:
+    m = re.search(r"global stores: (.*)", out)
+    assert m, out
+    return dict((k, int(v)) for k, v in re.findall(r"(STG\.E\S*) x(\d+)", m.group(1)))
+
+
 @pytest.mark.parametrize("flags", [["-DAXIAL_FUSED_QKV_ST128=1"],
                                    ["-DAXIAL_FUSED_QKV_ST128=1", "-DAXIAL_FUSED_QKV_STORE_DEFER=1"]])
 def test_k1_st128_stores_q_k_v_sixteen_bytes_per_instruction(tmp_path, flags):
     # The experiment's point: the uint4 assignment compiles to four 32-bit STG.E (session 8); with
     # st_global_16 every q/k/v store is one STG.E.128 and no narrower global store is left.
-    out = _sass_loops(tmp_path, flags, "--stores")
-    m = re.search(r"global stores: (.*)", out)
-    assert m, out
-    widths = dict((k, int(v)) for k, v in re.findall(r"(STG\.E\S*) x(\d+)", m.group(1)))
+    widths = _store_widths(_sass_loops(tmp_path, flags, "--stores"))
     assert widths.get("STG.E.128", 0) >= 1 and set(widths) == {"STG.E.128"}, widths
+
+
+def test_out_vec8_stores_the_attention_kernels_output_sixteen_bytes_per_instruction(tmp_path):
+    # -DAXIAL_FUSED_OUT_VEC8=1: the Hopper attention kernel's output projection (its only global
+    # stores) writes 16-byte vectors; by default it stores 4-byte pairs.
+    base = _store_widths(_sass_loops(tmp_path, [], "--stores", kernel="attn_sm90"))
+    vec = _store_widths(_sass_loops(tmp_path, ["-DAXIAL_FUSED_OUT_VEC8=1"], "--stores", kernel="attn_sm90"))
+    assert set(vec) == {"STG.E.128"} and 4 * vec["STG.E.128"] == base.get("STG.E", 0), (base, vec)

@@ -379,6 +379,17 @@ struct OutEpilogue {
     const float2 res = Pack2<T>::unpack(add.res), bv = Pack2<T>::unpack(add.bias);
     store2(out + oo[r] + c, a + (res.x + bv.x), b + (res.y + bv.y));
   }
+  // Kernel experiment -DAXIAL_FUSED_OUT_VEC8=1 (wg_gemm): the addends folded into the accumulator
+  // pair (the same fp32 sum as store()), then 8 consecutive outputs, rounded, stored as one 16-byte
+  // vector (out rows are 16-byte aligned: the op allocates out, and x is packed so).
+  __device__ __forceinline__ void fold(float& a, float& b, const Addend& add) const {
+    const float2 res = Pack2<T>::unpack(add.res), bv = Pack2<T>::unpack(add.bias);
+    a = a + (res.x + bv.x);
+    b = b + (res.y + bv.y);
+  }
+  __device__ __forceinline__ void operator()(int r, int c, uint4 v) const {
+    if (xo[r] >= 0) st_global_16(out + oo[r] + c, v);
+  }
 };
 
 // Output projection of the BM x D attention output in `os` + bias + residual, rows addressed by the

@@ -449,6 +449,13 @@ __device__ __forceinline__ void store_vec8(const float (&acc)[BNW / 2], int r0, 
 // prologue() runs once the first S - 2 chunks are requested
 // (their cp.async groups are the newest S - 2); A must be written and fenced (fence_proxy_async)
 // by the end of it. Ends with all wgmma done; `ws` is free once the caller synchronises.
+// Kernel experiment -DAXIAL_FUSED_OUT_VEC8=1 (session 8, not yet run on a GPU): with an addend epilogue
+// (the output projections' bias + residual), the addends are folded into the accumulators and the
+// outputs stored as 16-byte vectors (store_vec8: one STG.E.128 per 8 outputs) instead of one 4-byte
+// store per pair: a quarter of the store instructions in the phase where every block stores at once.
+#ifndef AXIAL_FUSED_OUT_VEC8
+#define AXIAL_FUSED_OUT_VEC8 0
+#endif
 template <class T, int WGM, int WGN, int BNW, int N, int K, int S, bool VEC8 = false, int KW = 64, class Epi,
           class Prologue>
 __device__ __forceinline__ void wg_gemm(const T* A, const T* W, T* ws, Epi&& epi, Prologue&& prologue) {
@@ -537,6 +544,13 @@ __device__ __forceinline__ void wg_gemm(const T* A, const T* W, T* ws, Epi&& epi
     AXIAL_PHASE(4);
     const int n0 = nc * CN + wn * BNW, r0 = wm * 64 + warp * 16 + g;
     if constexpr (VEC8) {
+      store_vec8<T, BNW>(acc, r0, n0, t, epi);
+    } else if constexpr (PREFETCH && AXIAL_FUSED_OUT_VEC8) {  // kernel experiment: 16-byte output stores
+#pragma unroll
+      for (int j = 0; j < BNW / 8; ++j) {
+        epi.fold(acc[4 * j], acc[4 * j + 1], add[j][0]);
+        epi.fold(acc[4 * j + 2], acc[4 * j + 3], add[j][1]);
+      }
       store_vec8<T, BNW>(acc, r0, n0, t, epi);
     } else if constexpr (PREFETCH) {
 #pragma unroll
