@@ -1,13 +1,13 @@
 """Static instruction counts of the loops that issue tensor-core products, from a cubin's SASS (no GPU):
 
-    python scripts/sass_loops.py CUBIN KERNEL_SUBSTRING [--all] [--stores]
+    python scripts/sass_loops.py CUBIN KERNEL_SUBSTRING [--all] [--stores] [--count REGEX]
 
 Disassembles CUBIN with nvdisasm (the CUDA toolkit's, or the copy the triton wheel bundles), takes the
 kernels whose mangled names contain KERNEL_SUBSTRING, and prints for each backward branch whose body
 holds an HGMMA (wgmma) or HMMA (mma.sync) the body's instruction count and its mix: the innermost such
 loop is the main loop, whose length per step is what an issue-bound kernel pays (docs/performance.md,
 session 7). --all prints the enclosing loops too; --stores prints the kernel's global stores by width
-(`STG.E` is 32 bits, `STG.E.64`, `STG.E.128`). Example (a kernel file compiled for sm_90a):
+(`STG.E` is 32 bits, `STG.E.64`, `STG.E.128`); --count REGEX prints how many instructions match. Example (a kernel file compiled for sm_90a):
 
     nvcc -std=c++17 -O3 -Iinclude -arch=sm_90a -cubin -o k.cubin kernels/axial_bf16_d768_h12.cu
     python scripts/sass_loops.py k.cubin ln_qkv_sm90
@@ -57,6 +57,7 @@ def main() -> None:
     if len(sys.argv) < 3:
         sys.exit(__doc__)
     cubin, want, show_all, stores = sys.argv[1], sys.argv[2], "--all" in sys.argv[3:], "--stores" in sys.argv[3:]
+    pattern = sys.argv[sys.argv.index("--count") + 1] if "--count" in sys.argv[3:-1] else None
     sass = subprocess.run([nvdisasm(), "-c", cubin], check=True, capture_output=True, text=True).stdout
     for name, ins, labels in functions(sass):
         if want not in name:
@@ -71,6 +72,8 @@ def main() -> None:
                     loops.append((len(body), labels[b.group(1)], addr, mma, body))
         loops.sort()
         print(f"{name}: {len(ins)} instructions")
+        if pattern:
+            print(f"  matching {pattern!r}: {sum(bool(re.search(pattern, t)) for _, t in ins)}")
         if stores:
             widths: dict[str, int] = {}
             for _, text in ins:

@@ -87,3 +87,14 @@ def test_out_vec8_stores_the_attention_kernels_output_sixteen_bytes_per_instruct
     base = _store_widths(_sass_loops(tmp_path, [], "--stores", kernel="attn_sm90"))
     vec = _store_widths(_sass_loops(tmp_path, ["-DAXIAL_FUSED_OUT_VEC8=1"], "--stores", kernel="attn_sm90"))
     assert set(vec) == {"STG.E.128"} and 4 * vec["STG.E.128"] == base.get("STG.E", 0), (base, vec)
+
+
+def test_tma_k1_loads_the_weight_by_multicast_copies(tmp_path):
+    # -DAXIAL_FUSED_QKV_TMA=1: K1's cluster form fetches weight chunks with multicast tensor-map copies
+    # (none of its own cp.async in the consumers' loop, which waits on mbarriers only).
+    out = _sass_loops(tmp_path, ["-DAXIAL_FUSED_QKV_TMA=1"], "--count", r"UTMALDG\S*MULTICAST", kernel="ln_qkv_sm90_tma")
+    m = re.search(r"matching .*: (\d+)", out)
+    assert m and int(m.group(1)) >= 1, out
+    loop = re.search(r"loop \S+: (\d+) instructions, (\d+) tensor-core products, (\d+) cp.async, "
+                     r"(\d+) named/block barriers, (\d+) mbarrier ops", out)
+    assert loop and int(loop.group(2)) >= 1 and int(loop.group(3)) == 0 and int(loop.group(4)) == 0, out

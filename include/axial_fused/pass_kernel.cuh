@@ -18,6 +18,17 @@
 #include "axial_fused/warp_mma.cuh"
 #include "axial_fused/wgmma.cuh"
 
+// Kernel experiment -DAXIAL_FUSED_QKV_TMA=1 (session 8, not yet run on a GPU): K1 in clusters of two
+// blocks sharing each weight chunk through a multicast tensor-map copy (wg_gemm_tma_produce). Needs
+// the driver API's tensor-map types (cuda.h) and its encoder (found through the runtime).
+#ifndef AXIAL_FUSED_QKV_TMA
+#define AXIAL_FUSED_QKV_TMA 0
+#endif
+#if AXIAL_FUSED_QKV_TMA
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#endif
+
 namespace axial_fused {
 
 template <class T_, Mma M_, int D_, int HEADS_>
@@ -526,6 +537,7 @@ struct QkvSm90 {
 #define AXIAL_FUSED_QKV_WS 1
 #endif
   static constexpr bool WS = AXIAL_FUSED_QKV_WS && KW == 32;
+  static constexpr bool TMA = AXIAL_FUSED_QKV_TMA && WS;  // the cluster experiment (see the top of this file)
 #ifndef AXIAL_FUSED_QKV_ST128
 #define AXIAL_FUSED_QKV_ST128 0
 #endif
@@ -617,10 +629,10 @@ __device__ __forceinline__ void layernorm_sw128(const PassParams& p, T* A) {
   fence_proxy_async();
 }
 
-template <class T, int D>
-__global__ void __launch_bounds__(QkvSm90<T, D>::THREADS, QkvSm90<T, D>::MINB)
-    ln_qkv_sm90_kernel(const __grid_constant__ PassParams p) {
-#if AXIAL_FUSED_SM90
+// The body of K1 (ln_qkv_sm90_kernel); TMA: the cluster experiment's form (ln_qkv_sm90_tma_kernel),
+// `wmap` the QKV weight's tensor map.
+template <class T, int D, bool TMA>
+__device__ __forceinline__ void ln_qkv_sm90_body(const PassParams& p, const void* wmap) {
   using C = QkvSm90<T, D>;
   constexpr int BM = C::BM;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -649,16 +661,31 @@ __global__ void __launch_bounds__(QkvSm90<T, D>::THREADS, QkvSm90<T, D>::MINB)
   if constexpr (C::WS) {
     // full[S] then empty[S], after the row offsets; the producer warp (threads 256..287) streams the
     // weight from the start, the two consumer warpgroups load and normalise the rows meanwhile.
+    // With TMA, full[s] takes the local producer's one arrival (its expected bytes), empty[s] one
+    // arrival per consumer warp of both blocks, and every thread of the cluster syncs after the inits
+    // (before any remote arrival or multicast) and before leaving (while the other block may still
+    // arrive on this one's barriers).
     const uint32_t full = smem_u32(smem_raw + BM * sizeof(int64_t)), empty = full + 8 * C::S;
     if (threadIdx.x == 0) {
       for (int s = 0; s < C::S; ++s) {
-        mbar_init(full + 8 * s, 32);
-        mbar_init(empty + 8 * s, 8);
+        mbar_init(full + 8 * s, TMA ? 1 : 32);
+        mbar_init(empty + 8 * s, TMA ? 16 : 8);
       }
+      if constexpr (TMA) fence_mbar_init_cluster();
     }
-    __syncthreads();
+    if constexpr (TMA) {
+      cluster_sync();
+    } else {
+      __syncthreads();
+    }
     if (threadIdx.x >= 256) {
-      wg_gemm_ws_produce<T, C::WGN * C::BNW, C::N, D, C::S, C::KW>(static_cast<const T*>(p.w_qkv), ws, full, empty);
+      if constexpr (TMA) {
+        if (threadIdx.x == 256)
+          wg_gemm_tma_produce<C::WGN * C::BNW, C::N, D, C::S, C::KW>(wmap, smem_u32(ws), full, empty, cluster_rank());
+        cluster_sync();
+      } else {
+        wg_gemm_ws_produce<T, C::WGN * C::BNW, C::N, D, C::S, C::KW>(static_cast<const T*>(p.w_qkv), ws, full, empty);
+      }
       return;
     }
     request_rows_sw128<T, D, BM>(p, A, xo);
@@ -666,7 +693,8 @@ __global__ void __launch_bounds__(QkvSm90<T, D>::THREADS, QkvSm90<T, D>::MINB)
     named_sync(1, 256);
     layernorm_sw128<T, D, BM>(p, A);
     named_sync(1, 256);  // every row normalised and fenced before either warpgroup reads A
-    wg_gemm_ws_consume<T, C::WGM, C::WGN, C::BNW, C::N, D, C::S, C::KW>(A, ws, full, empty, store);
+    wg_gemm_ws_consume<T, C::WGM, C::WGN, C::BNW, C::N, D, C::S, C::KW, TMA>(A, ws, full, empty, store);
+    if constexpr (TMA) cluster_sync();
   } else {
     __syncthreads();
     request_rows_sw128<T, D, BM>(p, A, xo);
@@ -679,10 +707,53 @@ __global__ void __launch_bounds__(QkvSm90<T, D>::THREADS, QkvSm90<T, D>::MINB)
     wg_gemm<T, C::WGM, C::WGN, C::BNW, C::N, D, C::S, true, C::KW>(A, static_cast<const T*>(p.w_qkv), ws, store,
                                                                   normalise);
   }
+}
+
+template <class T, int D>
+__global__ void __launch_bounds__(QkvSm90<T, D>::THREADS, QkvSm90<T, D>::MINB)
+    ln_qkv_sm90_kernel(const __grid_constant__ PassParams p) {
+#if AXIAL_FUSED_SM90
+  ln_qkv_sm90_body<T, D, false>(p, nullptr);
 #else
   __trap();
 #endif
 }
+
+#if AXIAL_FUSED_QKV_TMA
+// The cluster experiment's K1: pairs of blocks (grid rounded up to even; a block past the tokens
+// still takes part in the copies and stores nothing).
+template <class T, int D>
+__global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(QkvSm90<T, D>::THREADS, QkvSm90<T, D>::MINB)
+    ln_qkv_sm90_tma_kernel(const __grid_constant__ PassParams p, const __grid_constant__ CUtensorMap wmap) {
+#if AXIAL_FUSED_SM90
+  ln_qkv_sm90_body<T, D, true>(p, &wmap);
+#else
+  __trap();
+#endif
+}
+
+// The QKV weight ([rows, cols] row-major, 16-bit) as a 2-D tensor map with boxes of box_cols x
+// box_rows and the 64-byte swizzle (the stage layout wgmma reads, swz_desc<64>).
+template <class T>
+inline cudaError_t encode_weight_map(CUtensorMap* map, const void* w, int rows, int cols, int box_cols, int box_rows) {
+  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess)
+      fn = nullptr;
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  if (encode == nullptr) return cudaErrorNotSupported;
+  const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)}, strides[1] = {cuuint64_t(cols) * sizeof(T)};
+  const cuuint32_t box[2] = {cuuint32_t(box_cols), cuuint32_t(box_rows)}, unit[2] = {1, 1};
+  const CUresult r =
+      encode(map, std::is_same<T, __half>::value ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2,
+             const_cast<void*>(w), dims, strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_64B,
+             CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+#endif
 
 // Shared-memory layout of attn_out_kernel. Generic: [row offsets][xs: BM x LDX][q][p][k/v, later W].
 // Hopper (SM90, 16-bit): the attention output tile is SW128 (1024-aligned) so the output projection
@@ -815,8 +886,8 @@ namespace axial_fused {
 // (cudaFuncSetAttribute, a driver call): done once per kernel and device, to the device's limit
 // (the attribute only permits; occupancy follows each launch's own request), so the hot path makes
 // one launch call and no attribute call.
-template <auto Kernel>
-inline cudaError_t launch_with_smem(int64_t blocks, int threads, size_t smem, cudaStream_t stream, const PassParams& p) {
+template <auto Kernel, class... Args>
+inline cudaError_t launch_with_smem(int64_t blocks, int threads, size_t smem, cudaStream_t stream, const Args&... args) {
   if (blocks <= 0) return cudaSuccess;
   if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
   if (smem > 48 * 1024) {
@@ -835,7 +906,7 @@ inline cudaError_t launch_with_smem(int64_t blocks, int threads, size_t smem, cu
       if (cached) opted_in[device].store(true, std::memory_order_release);
     }
   }
-  Kernel<<<unsigned(blocks), threads, smem, stream>>>(p);
+  Kernel<<<unsigned(blocks), threads, smem, stream>>>(args...);
   return cudaGetLastError();
 }
 
@@ -862,6 +933,15 @@ struct Spec {
     if constexpr (M == Mma::Tc16) {
       if (p.arch == 90) {
         using C = QkvSm90<T, D>;
+#if AXIAL_FUSED_QKV_TMA
+        if constexpr (C::TMA) {
+          CUtensorMap wmap;
+          e = encode_weight_map<T>(&wmap, p.w_qkv, C::N, D, C::KW, C::WGN * C::BNW / 2);
+          if (e == cudaSuccess)
+            e = launch_with_smem<ln_qkv_sm90_tma_kernel<T, D>>(((tokens + C::BM - 1) / C::BM + 1) / 2 * 2, C::THREADS,
+                                                               C::SMEM, stream, p, wmap);
+        } else
+#endif
         e = launch_with_smem<ln_qkv_sm90_kernel<T, D>>((tokens + C::BM - 1) / C::BM, C::THREADS, C::SMEM, stream, p);
       } else {
         e = launch_with_smem<ln_qkv_kernel<Tr>>((tokens + Tr::BM - 1) / Tr::BM, Tr::THREADS, Tr::K1_BYTES, stream, p);

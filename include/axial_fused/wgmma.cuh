@@ -361,6 +361,56 @@ __device__ __forceinline__ void cp_async_mbar_arrive(uint32_t bar) {
 #endif
 }
 
+// Thread-block clusters and the tensor-memory accelerator (used by the kernel experiment
+// -DAXIAL_FUSED_QKV_TMA=1): this block's rank in its cluster; a barrier over every thread of the
+// cluster (release / acquire); the fence that makes mbarrier inits visible cluster-wide; an arrival
+// that also expects `bytes` of transactions; an arrival on the mbarrier at the same shared offset in
+// cluster block `cta` (default, CTA-scope release semantics, as CUTLASS's ClusterBarrier: the
+// arriving warp's wgmma reads of the stage are complete by then; `.release.cluster` would cost a
+// GPU-wide MEMBAR per arrival); and a 2-D tensor-map box multicast to the blocks in `mask`, each completing
+// its bytes on its own mbarrier at `bar`.
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r = 0;
+#if AXIAL_FUSED_SM90
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+#endif
+  return r;
+}
+__device__ __forceinline__ void cluster_sync() {
+#if AXIAL_FUSED_SM90
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void fence_mbar_init_cluster() {
+#if AXIAL_FUSED_SM90
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+#if AXIAL_FUSED_SM90
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+#endif
+}
+__device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t cta) {
+#if AXIAL_FUSED_SM90
+  asm volatile(
+      "{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
+      "mbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar),
+      "r"(cta)
+      : "memory");
+#endif
+}
+__device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const void* map, int c0, int c1, uint32_t bar,
+                                                      uint16_t mask) {
+#if AXIAL_FUSED_SM90
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar), "h"(mask)
+      : "memory");
+#endif
+}
+
 // The 8 consecutive outputs (rounded to T) of one row of 8-column block jb + t (t = lane % 4), from
 // the accumulator pairs the quad's four threads hold for blocks jb..jb+3 (h = 0: row g, 2: row g + 8):
 // a 4 x 4 transpose within the quad, three shuffles.
@@ -610,16 +660,46 @@ __device__ __forceinline__ void wg_gemm_ws_produce(const T* W, T* ws, uint32_t f
   cp_async_wait<0>();
 }
 
+// Kernel experiment -DAXIAL_FUSED_QKV_TMA=1 (session 8, written after the device time ran out, not yet
+// run on a GPU): K1 in clusters of two blocks (two token tiles) that share every weight chunk. Each
+// block's producer thread loads half of the chunk's CN rows with one tensor-map copy (TMA, the
+// 64-byte swizzle done by the copy engine) multicast into both blocks' stage, so each block reads
+// half the weight from L2 (esm: 906 -> 453 MB per pass; the diagnostic without weight copies was 86
+// us per pass faster there). full[s] (1 arrival: the local producer's, expecting the whole chunk's
+// bytes, half from each block's copy); empty[s] (16 arrivals: every consumer warp of both blocks,
+// since either block's copy writes into both). `map` is the weight's tensor map (box KW x CN / 2).
+template <int CN, int N, int K, int S, int KW>
+__device__ __forceinline__ void wg_gemm_tma_produce(const void* map, uint32_t ws, uint32_t full, uint32_t empty,
+                                                    uint32_t rank) {
+  constexpr int KC = K / KW, ITERS = (N / CN) * KC, HALF = CN / 2;
+  constexpr uint32_t STAGE = CN * KW * 2;
+  for (int it = 0; it < ITERS; ++it) {
+    const int s = it % S;
+    if (it >= S) mbar_wait(empty + 8 * s, ((it / S) - 1) & 1);  // both blocks released chunk it - S
+    mbar_arrive_expect_tx(full + 8 * s, STAGE);
+    tma_load_2d_multicast(ws + s * STAGE + rank * (HALF * KW * 2), map, (it % KC) * KW, (it / KC) * CN + rank * HALF,
+                          full + 8 * s, 0x3);
+  }
+}
+
+// A consumer warp's release of a stage (lane 0): this block's `empty`, and with TMA the other block's.
+template <bool TMA>
+__device__ __forceinline__ void ws_release(uint32_t bar) {
+  mbar_arrive(bar);
+  if constexpr (TMA) mbar_arrive_cluster(bar, cluster_rank() ^ 1);
+}
+
 // One weight step of the consumers (chunk `it`, the kc-th of its column chunk): wait until the stage's
 // chunk has landed, make it visible to the tensor cores, issue its products into acc (kc = 0
 // overwrites). Not committed.
-template <class T, int BM, int BNW, int CN, int S, int KW>
+// (Chunks written by the copy engine, TMA, are in the async proxy already: no proxy fence.)
+template <class T, int BM, int BNW, int CN, int S, int KW, bool TMA = false>
 __device__ __forceinline__ void ws_step(float (&acc)[BNW / 2], uint32_t a_base, uint32_t w_base, uint32_t full, int it,
                                         int kc) {
   constexpr int RB = KW * 2;
   const int s = it % S;
   mbar_wait(full + 8 * s, (it / S) & 1);
-  if constexpr (!(AXIAL_FUSED_DIAG_K1 & 4)) fence_proxy_async();
+  if constexpr (!(AXIAL_FUSED_DIAG_K1 & 4) && !TMA) fence_proxy_async();
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < KW / 16; ++kk) {
@@ -640,7 +720,7 @@ __device__ __forceinline__ void ws_step(float (&acc)[BNW / 2], uint32_t a_base, 
 #ifndef AXIAL_FUSED_QKV_STORE_DEFER
 #define AXIAL_FUSED_QKV_STORE_DEFER 0
 #endif
-template <class T, int WGM, int WGN, int BNW, int N, int K, int S, int KW, class Epi>
+template <class T, int WGM, int WGN, int BNW, int N, int K, int S, int KW, bool TMA, class Epi>
 __device__ __forceinline__ void wg_gemm_ws_consume_deferred(float (&acc)[BNW / 2], uint32_t a_base, uint32_t w_base,
                                                             uint32_t full, uint32_t empty, Epi& epi) {
   constexpr int BM = 64 * WGM, CN = WGN * BNW, KC = K / KW, NP = BNW / 16;
@@ -654,18 +734,18 @@ __device__ __forceinline__ void wg_gemm_ws_consume_deferred(float (&acc)[BNW / 2
 #pragma unroll
     for (int kc = 0; kc < KC; ++kc) {  // unrolled: pend[kc] stays in registers
       const int it = nc * KC + kc;
-      ws_step<T, BM, BNW, CN, S, KW>(acc, a_base, w_base, full, it, kc);
+      ws_step<T, BM, BNW, CN, S, KW, TMA>(acc, a_base, w_base, full, it, kc);
       wgmma_commit();
       if (kc < NP && nc > 0) put(kc);  // the previous chunk's outputs, one vector per step
       wgmma_wait<1>();
-      if (kc > 0 && lane == 0) mbar_arrive(empty + 8 * ((it - 1) % S));
+      if (kc > 0 && lane == 0) ws_release<TMA>(empty + 8 * ((it - 1) % S));
     }
 #pragma unroll
     for (int i = KC; i < NP; ++i)  // more vectors than weight steps (small K)
       if (nc > 0) put(i);
     wgmma_wait<0>();
     fence_regs(acc);
-    if (lane == 0) mbar_arrive(empty + 8 * (((nc + 1) * KC - 1) % S));
+    if (lane == 0) ws_release<TMA>(empty + 8 * (((nc + 1) * KC - 1) % S));
 #pragma unroll
     for (int i = 0; i < NP; ++i) pend[i] = quad_transpose<T>(acc, (i >> 1) * 4, 2 * (i & 1));
     pend_n0 = nc * CN + wn * BNW;
@@ -676,7 +756,8 @@ __device__ __forceinline__ void wg_gemm_ws_consume_deferred(float (&acc)[BNW / 2
 
 // Consumers: the WGM x WGN = 2 warpgroups (threads 0 .. 255) over A, as wg_gemm; A must be written and
 // fenced, and visible to both, before the call.
-template <class T, int WGM, int WGN, int BNW, int N, int K, int S, int KW, class Epi>
+// With TMA (the cluster experiment) each release also goes to the other block's `empty`.
+template <class T, int WGM, int WGN, int BNW, int N, int K, int S, int KW, bool TMA = false, class Epi>
 __device__ __forceinline__ void wg_gemm_ws_consume(const T* A, const T* ws, uint32_t full, uint32_t empty, Epi&& epi) {
   // Two warpgroups: each `empty` mbarrier expects one arrival from each of their 8 warps.
   static_assert(WGM * WGN == 2 && (BNW == 64 || BNW == 128) && S >= 2 && KW == 32, "2 warpgroups; n64/128 tiles");
@@ -689,20 +770,20 @@ __device__ __forceinline__ void wg_gemm_ws_consume(const T* A, const T* ws, uint
 #pragma unroll
   for (int i = 0; i < BNW / 2; ++i) acc[i] = 0.f;
   if constexpr (AXIAL_FUSED_QKV_STORE_DEFER) {
-    wg_gemm_ws_consume_deferred<T, WGM, WGN, BNW, N, K, S, KW>(acc, a_base, w_base, full, empty, epi);
+    wg_gemm_ws_consume_deferred<T, WGM, WGN, BNW, N, K, S, KW, TMA>(acc, a_base, w_base, full, empty, epi);
     return;
   }
   for (int nc = 0; nc < N / CN; ++nc) {
     for (int kc = 0; kc < KC; ++kc) {
       const int it = nc * KC + kc;
-      ws_step<T, BM, BNW, CN, S, KW>(acc, a_base, w_base, full, it, kc);
+      ws_step<T, BM, BNW, CN, S, KW, TMA>(acc, a_base, w_base, full, it, kc);
       wgmma_commit();
       wgmma_wait<1>();  // the products of chunk it - 1 are done: release its stage
-      if (kc > 0 && lane == 0) mbar_arrive(empty + 8 * ((it - 1) % S));
+      if (kc > 0 && lane == 0) ws_release<TMA>(empty + 8 * ((it - 1) % S));
     }
     wgmma_wait<0>();
     fence_regs(acc);
-    if (lane == 0) mbar_arrive(empty + 8 * (((nc + 1) * KC - 1) % S));  // the column chunk's last stage
+    if (lane == 0) ws_release<TMA>(empty + 8 * (((nc + 1) * KC - 1) % S));  // the column chunk's last stage
     store_vec8<T, BNW>(acc, wm * 64 + warp * 16 + g, nc * CN + wn * BNW, t, epi);
   }
 }
