@@ -25,7 +25,19 @@ namespace axial_fused {
 template <class T, int D, int HEADS>
 struct AttnSm90 {
   static constexpr int HD = D / HEADS;
+  // Kernel experiment (session 8, not yet run on a GPU): two blocks per SM, -DAXIAL_FUSED_ATTN_MINB=2
+  // with -DAXIAL_FUSED_ATTN_BM=64 -DAXIAL_FUSED_ATTN_BN_HD32=64 (at msa, 98 KB of shared memory and at
+  // most 128 registers a block): the kernel waits on latencies at two warps per scheduler (session 8:
+  // 27% fewer instructions gave 8%), and one block's output projection would overlap the other's
+  // attention. Where two blocks' tiles cannot fit (esm's 96 KB output tile), one block per SM as before.
+#ifndef AXIAL_FUSED_ATTN_MINB
+#define AXIAL_FUSED_ATTN_MINB 1
+#endif
+#ifdef AXIAL_FUSED_ATTN_BM
+  static constexpr int BM = AXIAL_FUSED_ATTN_BM, MT = BM / 64;
+#else
   static constexpr int BM = D <= 256 ? 128 : 64, MT = BM / 64;  // queries per block; 64-row halves
+#endif
 #ifndef AXIAL_FUSED_ATTN_BN_HD32  // kernel experiments: keys per tile at head_dim 32 (64 or 128)
 #define AXIAL_FUSED_ATTN_BN_HD32 128
 #endif
@@ -35,9 +47,10 @@ struct AttnSm90 {
   static constexpr size_t O_BYTES = size_t(BM) * D * 2;         // attention output tile, SW128
   static constexpr size_t Q_BYTES = size_t(BM) * RB;            // one head's queries
   static constexpr size_t STAGE = 2ull * BN * RB;               // one key tile: k rows, then v rows
-  static constexpr size_t SMEM_MAX = 227 * 1024;
   // Per warpgroup: two query buffers (this head's, the next one's) and SW ring stages.
   static constexpr size_t FIXED = 1024 + OFFS + O_BYTES + 2 * 2 * Q_BYTES;
+  static constexpr int MINB = AXIAL_FUSED_ATTN_MINB == 2 && FIXED + 2 * 2 * STAGE <= 113 * 1024 ? 2 : 1;
+  static constexpr size_t SMEM_MAX = MINB == 2 ? 113 * 1024 : 227 * 1024;  // per block
   static constexpr int SW_FIT = FIXED < SMEM_MAX ? int((SMEM_MAX - FIXED) / (2 * STAGE)) : 0;
   static constexpr int SW = SW_FIT > 4 ? 4 : SW_FIT;
   static constexpr size_t RING = 2 * SW * STAGE;
@@ -129,7 +142,7 @@ __device__ __forceinline__ void cp_async_wait_upto(int n) {
 }
 
 template <class T, int D, int HEADS>
-__global__ void __launch_bounds__(256, 1) attn_sm90_kernel(const __grid_constant__ PassParams p) {
+__global__ void __launch_bounds__(256, AttnSm90<T, D, HEADS>::MINB) attn_sm90_kernel(const __grid_constant__ PassParams p) {
 #if AXIAL_FUSED_SM90
   using C = AttnSm90<T, D, HEADS>;
   static_assert(C::SERVED, "attn_sm90_kernel instantiated for a configuration it does not serve");
