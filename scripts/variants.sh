@@ -7,9 +7,13 @@
 # Usage (repo root; the knobs are listed in docs/performance.md, "Kernel experiments"):
 #   VARIANTS="base;-DAXIAL_FUSED_QKV_BNW=128;-DAXIAL_FUSED_PHASE_CLOCK" SHAPES="latent msa" PATH_NAME=auto \
 #   AXIAL_FUSED_SPECS=256x8:bf16 bash scripts/variants.sh
-# TESTS: the pytest selection run per variant (default below; "" skips). Logs under $OUT.
+# TESTS: the pytest selection run per variant (default below; "" skips). Build logs go to
+# $VARIANT_LOGS (default /tmp/variant-logs: the device tool returns at most 8 files from $OUT), and a
+# failed build's last lines are printed; everything printed is also kept in $OUT/variants.txt.
 set -uo pipefail
 OUT=${OUT:-$PWD/device_out}; mkdir -p "$OUT"
+LOGS=${VARIANT_LOGS:-/tmp/variant-logs}; mkdir -p "$LOGS"
+exec > >(tee -a "$OUT/variants.txt") 2>&1
 export PYTHONUNBUFFERED=1 MAX_JOBS=${MAX_JOBS:-16} AXIAL_FUSED_ARCHS=${AXIAL_FUSED_ARCHS:-90a}
 export CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")}
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
@@ -21,10 +25,10 @@ for v in "${list[@]}"; do
   n=$((n + 1)); flags=$v; [[ $v == base ]] && flags=""
   echo "=== variant $n: ${v}"
   start=$(date +%s)
-  AXIAL_FUSED_NVCC_FLAGS="$flags" python3 setup.py build_ext --inplace > "$OUT/variant-$n-build.log" 2>&1
+  AXIAL_FUSED_NVCC_FLAGS="$flags" python3 setup.py build_ext --inplace > "$LOGS/variant-$n-build.log" 2>&1
   rc=$?; echo "build rc=$rc in $(( $(date +%s) - start )) s"
-  grep -E "error|spill" "$OUT/variant-$n-build.log" | grep -v " 0 bytes spill" | head -5
-  [[ $rc == 0 ]] || continue
+  grep -E "error|spill" "$LOGS/variant-$n-build.log" | grep -v " 0 bytes spill" | grep -vE "^\[[0-9]+/[0-9]+\]" | head -5
+  if [[ $rc != 0 ]]; then tail -20 "$LOGS/variant-$n-build.log"; continue; fi
   if [[ -n $TESTS ]]; then
     # shellcheck disable=SC2086  # TESTS is a list of pytest node ids
     timeout "${TEST_TIMEOUT:-180}" python3 -m pytest -q -p no:cacheprovider $TESTS 2>&1 | tail -1

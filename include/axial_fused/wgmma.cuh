@@ -727,7 +727,7 @@ __device__ __forceinline__ void wg_gemm_ws_consume_deferred(float (&acc)[BNW / 2
   const int wn = (threadIdx.x >> 7) / WGM, wm = (threadIdx.x >> 7) % WGM;
   const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int r0 = wm * 64 + warp * 16 + g;
-  uint4 pend[NP];  // vector i: row r0 + 8 (i % 2), columns pend_n0 + ((i / 2) * 4 + t) * 8 .. + 7
+  uint4 pend[NP] = {};  // vector i: row r0 + 8 (i % 2), columns pend_n0 + ((i / 2) * 4 + t) * 8 .. + 7
   int pend_n0 = 0;
   auto put = [&](int i) { epi(r0 + 8 * (i & 1), pend_n0 + ((i >> 1) * 4 + t) * 8, pend[i]); };
   for (int nc = 0; nc < N / CN; ++nc) {
@@ -771,20 +771,20 @@ __device__ __forceinline__ void wg_gemm_ws_consume(const T* A, const T* ws, uint
   for (int i = 0; i < BNW / 2; ++i) acc[i] = 0.f;
   if constexpr (AXIAL_FUSED_QKV_STORE_DEFER) {
     wg_gemm_ws_consume_deferred<T, WGM, WGN, BNW, N, K, S, KW, TMA>(acc, a_base, w_base, full, empty, epi);
-    return;
-  }
-  for (int nc = 0; nc < N / CN; ++nc) {
-    for (int kc = 0; kc < KC; ++kc) {
-      const int it = nc * KC + kc;
-      ws_step<T, BM, BNW, CN, S, KW, TMA>(acc, a_base, w_base, full, it, kc);
-      wgmma_commit();
-      wgmma_wait<1>();  // the products of chunk it - 1 are done: release its stage
-      if (kc > 0 && lane == 0) ws_release<TMA>(empty + 8 * ((it - 1) % S));
+  } else {
+    for (int nc = 0; nc < N / CN; ++nc) {
+      for (int kc = 0; kc < KC; ++kc) {
+        const int it = nc * KC + kc;
+        ws_step<T, BM, BNW, CN, S, KW, TMA>(acc, a_base, w_base, full, it, kc);
+        wgmma_commit();
+        wgmma_wait<1>();  // the products of chunk it - 1 are done: release its stage
+        if (kc > 0 && lane == 0) ws_release<TMA>(empty + 8 * ((it - 1) % S));
+      }
+      wgmma_wait<0>();
+      fence_regs(acc);
+      if (lane == 0) ws_release<TMA>(empty + 8 * (((nc + 1) * KC - 1) % S));  // the column chunk's last stage
+      store_vec8<T, BNW>(acc, wm * 64 + warp * 16 + g, nc * CN + wn * BNW, t, epi);
     }
-    wgmma_wait<0>();
-    fence_regs(acc);
-    if (lane == 0) ws_release<TMA>(empty + 8 * (((nc + 1) * KC - 1) % S));  // the column chunk's last stage
-    store_vec8<T, BNW>(acc, wm * 64 + warp * 16 + g, nc * CN + wn * BNW, t, epi);
   }
 }
 
