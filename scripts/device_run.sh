@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # The one script for the GPU machine: build (sm_90a), GPU tests, demo/benchmark, in one call.
-# Usage (device tool, repo root):  bash scripts/device_run.sh [build|test|bench|all] [pytest args...]
+# Usage (device tool, repo root):  bash scripts/device_run.sh [build|test|bench|all|validate] [pytest args...]
 # Writes logs under $OUT (or ./device_out when OUT is unset).
+# validate: what a kernel change needs before it is called done, in one call of about 8 minutes:
+# the default build, the full benchmark (bench.json, bench.png, bench.txt), then the full test suite
+# (pytest.log) with memcheck, racecheck and synccheck running beside it (their logs in /tmp/sanitize,
+# their summary lines in sanitize.txt): six files, within the device tool's eight.
 set -uo pipefail
 OUT=${OUT:-$PWD/device_out}; mkdir -p "$OUT"
 what=${1:-all}; shift || true
@@ -14,6 +18,23 @@ if [[ $what == build || $what == all ]]; then
   python3 setup.py build_ext --inplace 2>&1 | tee "$OUT/build.log" | grep -E "error|warning|spill|compiling" | head -50
   rc=${PIPESTATUS[0]}; echo "build rc=$rc in $(( $(date +%s) - start )) s" | tee -a "$OUT/build.log"
   [[ $rc == 0 ]] || exit $rc
+fi
+if [[ $what == validate ]]; then
+  start=$(date +%s)
+  python3 setup.py build_ext --inplace > /tmp/build.log 2>&1
+  rc=$?; echo "build rc=$rc in $(( $(date +%s) - start )) s"; grep -E "error|[1-9][0-9]* bytes spill" /tmp/build.log | head -20
+  [[ $rc == 0 ]] || exit $rc
+  python3 -m axial_fused.bench --shapes odd,latent,vision,seed,seed_fp32,msa,esm --json "$OUT/bench.json" \
+    --png "$OUT/bench.png" > "$OUT/bench.txt" 2>&1
+  tail -12 "$OUT/bench.txt"
+  python3 scripts/kernel_times.py msa esm 2>&1 | grep -E "total|launch"
+  (OUT=/tmp/sanitize SANITIZE_TIMEOUT=${SANITIZE_TIMEOUT:-360} bash scripts/sanitize.sh memcheck racecheck synccheck \
+    > "$OUT/sanitize.txt" 2>&1) &
+  python3 -m pytest -q -p no:cacheprovider tests "$@" > "$OUT/pytest.log" 2>&1
+  tail -3 "$OUT/pytest.log"
+  wait
+  grep -E "^sanitize" "$OUT/sanitize.txt"
+  echo "validate: $(( $(date +%s) - start )) s"
 fi
 if [[ $what == test || $what == all ]]; then
   python3 -m pytest -q --maxfail=30 -p no:cacheprovider tests "$@" 2>&1 | tee "$OUT/pytest.log" | tail -40
