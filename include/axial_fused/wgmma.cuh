@@ -367,8 +367,8 @@ __device__ __forceinline__ void cp_async_mbar_arrive(uint32_t bar) {
 // that also expects `bytes` of transactions; an arrival on the mbarrier at the same shared offset in
 // cluster block `cta` (default, CTA-scope release semantics, as CUTLASS's ClusterBarrier: the
 // arriving warp's wgmma reads of the stage are complete by then; `.release.cluster` would cost a
-// GPU-wide MEMBAR per arrival); and a 2-D tensor-map box multicast to the blocks in `mask`, each completing
-// its bytes on its own mbarrier at `bar`.
+// GPU-wide MEMBAR per arrival); and a 2-D tensor-map box multicast to the blocks in `mask`, each
+// completing its bytes on its own mbarrier at `bar`.
 __device__ __forceinline__ uint32_t cluster_rank() {
   uint32_t r = 0;
 #if AXIAL_FUSED_SM90
