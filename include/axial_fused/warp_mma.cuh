@@ -216,14 +216,13 @@ __device__ __forceinline__ void warp_mma_reg_nn(float (&acc)[NT][4], const float
 
 // ---- asynchronous global -> shared copies -------------------------------------------------------
 
-// 16 bytes; when !valid the destination is zero-filled and nothing is read.
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem),
-               "r"(valid ? 16 : 0));
-}
-// The same to a shared-memory address already converted (smem_u32).
+// 16 bytes; when !valid the destination is zero-filled and nothing is read. To a shared-memory
+// address already converted (smem_u32), or to a pointer.
 __device__ __forceinline__ void cp_async16_shared(uint32_t smem, const void* gmem, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+  cp_async16_shared(smem_u32(smem), gmem, valid);
 }
 // ... always a full copy.
 __device__ __forceinline__ void cp_async16_shared(uint32_t smem, const void* gmem) {
