@@ -4,8 +4,9 @@
 # Writes logs under $OUT (or ./device_out when OUT is unset).
 # validate: what a kernel change needs before it is called done, in one call of about 8 minutes:
 # the default build, the full benchmark (bench.json, bench.png, bench.txt), then the full test suite
-# (pytest.log) with memcheck, racecheck and synccheck running beside it (their logs in /tmp/sanitize,
-# their summary lines in sanitize.txt): six files, within the device tool's eight.
+# (pytest.log; or the pytest arguments given) with memcheck, racecheck and synccheck running beside it
+# (their logs in /tmp/sanitize, their summary lines in sanitize.txt): six files, within the device
+# tool's eight.
 set -uo pipefail
 OUT=${OUT:-$PWD/device_out}; mkdir -p "$OUT"
 what=${1:-all}; shift || true
@@ -28,10 +29,14 @@ if [[ $what == validate ]]; then
     --png "$OUT/bench.png" > "$OUT/bench.txt" 2>&1
   tail -12 "$OUT/bench.txt"
   python3 scripts/kernel_times.py msa esm 2>&1 | grep -E "total|launch"
-  (OUT=/tmp/sanitize SANITIZE_TIMEOUT=${SANITIZE_TIMEOUT:-360} bash scripts/sanitize.sh memcheck racecheck synccheck \
+  # Both end by VALIDATE_DEADLINE (default 560 s after the start: the device tool stops a call at
+  # 600), so their logs come back even when the suite is cut short; pytest's log then shows how far
+  # it got (run the rest with `test` in a second call).
+  deadline=${VALIDATE_DEADLINE:-$(( start + 560 ))}
+  (OUT=/tmp/sanitize SANITIZE_DEADLINE=$deadline bash scripts/sanitize.sh memcheck racecheck synccheck \
     > "$OUT/sanitize.txt" 2>&1) &
-  python3 -m pytest -q -p no:cacheprovider tests "$@" > "$OUT/pytest.log" 2>&1
-  tail -3 "$OUT/pytest.log"
+  timeout $(( deadline - $(date +%s) )) python3 -m pytest -q -p no:cacheprovider "${@:-tests}" > "$OUT/pytest.log" 2>&1
+  echo "pytest rc=$?"; tail -3 "$OUT/pytest.log"
   wait
   grep -E "^sanitize" "$OUT/sanitize.txt"
   echo "validate: $(( $(date +%s) - start )) s"

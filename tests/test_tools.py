@@ -1,8 +1,9 @@
 """Developer tools that need no GPU (CPU, skipped without nvcc or nvdisasm): the SASS main-loop counter
 `scripts/sass_loops.py`, run on the K1 kernel compiled for sm_90a in its default warp-specialized form
 and on wg_gemm (-DAXIAL_FUSED_QKV_WS=0), checks what the warp specialization is for: its consumers'
-main loop issues the same tensor-core products with no cp.async and no block barrier; and that the
-16-byte-store experiments store with STG.E.128 only."""
+main loop issues the same tensor-core products with no cp.async and no block barrier; that K1's q/k/v
+and the attention kernel's outputs are stored with STG.E.128 only; and that K1's cluster form loads
+the weight by multicast tensor-map copies."""
 from __future__ import annotations
 
 import os
@@ -72,27 +73,26 @@ def _store_widths(out: str) -> dict[str, int]:
     return dict((k, int(v)) for k, v in re.findall(r"(STG\.E\S*) x(\d+)", m.group(1)))
 
 
-@pytest.mark.parametrize("flags", [["-DAXIAL_FUSED_QKV_ST128=1"],
-                                   ["-DAXIAL_FUSED_QKV_ST128=1", "-DAXIAL_FUSED_QKV_STORE_DEFER=1"]])
-def test_k1_st128_stores_q_k_v_sixteen_bytes_per_instruction(tmp_path, flags):
-    # The experiment's point: the uint4 assignment compiles to four 32-bit STG.E (session 8); with
-    # st_global_16 every q/k/v store is one STG.E.128 and no narrower global store is left.
-    widths = _store_widths(_sass_loops(tmp_path, flags, "--stores"))
+def test_k1_stores_q_k_v_sixteen_bytes_per_instruction(tmp_path):
+    # A plain uint4 assignment compiled to four 32-bit STG.E (session 8); with st_global_16 every
+    # q/k/v store is one STG.E.128 and no narrower global store is left (msa's K1 215 -> 174 us).
+    widths = _store_widths(_sass_loops(tmp_path, [], "--stores"))
     assert widths.get("STG.E.128", 0) >= 1 and set(widths) == {"STG.E.128"}, widths
 
 
-def test_out_vec8_stores_the_attention_kernels_output_sixteen_bytes_per_instruction(tmp_path):
-    # -DAXIAL_FUSED_OUT_VEC8=1: the Hopper attention kernel's output projection (its only global
-    # stores) writes 16-byte vectors; by default it stores 4-byte pairs.
-    base = _store_widths(_sass_loops(tmp_path, [], "--stores", kernel="attn_sm90"))
-    vec = _store_widths(_sass_loops(tmp_path, ["-DAXIAL_FUSED_OUT_VEC8=1"], "--stores", kernel="attn_sm90"))
-    assert set(vec) == {"STG.E.128"} and 4 * vec["STG.E.128"] == base.get("STG.E", 0), (base, vec)
+def test_attention_kernels_output_is_stored_sixteen_bytes_per_instruction(tmp_path):
+    # The Hopper attention kernel's output projection (its only global stores) folds bias and
+    # residual into the accumulators and writes 16-byte vectors (before session 9: 4-byte pairs).
+    widths = _store_widths(_sass_loops(tmp_path, [], "--stores", kernel="attn_sm90"))
+    assert widths.get("STG.E.128", 0) >= 1 and set(widths) == {"STG.E.128"}, widths
 
 
-def test_tma_k1_loads_the_weight_by_multicast_copies(tmp_path):
-    # -DAXIAL_FUSED_QKV_TMA=1: K1's cluster form fetches weight chunks with multicast tensor-map copies
-    # (none of its own cp.async in the consumers' loop, which waits on mbarriers only).
-    out = _sass_loops(tmp_path, ["-DAXIAL_FUSED_QKV_TMA=1"], "--count", r"UTMALDG\S*MULTICAST", kernel="ln_qkv_sm90_tma")
+def test_clustered_k1_loads_the_weight_by_multicast_copies(tmp_path):
+    # K1's cluster form (by default at D >= 512; -DAXIAL_FUSED_QKV_TMA_MIN_D=0 instantiates it at this
+    # file's D = 128) fetches weight chunks with multicast tensor-map copies: none of its own cp.async
+    # in the consumers' loop, which waits on mbarriers only.
+    out = _sass_loops(tmp_path, ["-DAXIAL_FUSED_QKV_TMA_MIN_D=0"], "--count", r"UTMALDG\S*MULTICAST",
+                      kernel="ln_qkv_sm90_tma")
     m = re.search(r"matching .*: (\d+)", out)
     assert m and int(m.group(1)) >= 1, out
     loop = re.search(r"loop \S+: (\d+) instructions, (\d+) tensor-core products, (\d+) cp.async, "

@@ -25,23 +25,35 @@ namespace axial_fused {
 template <class T, int D, int HEADS>
 struct AttnSm90 {
   static constexpr int HD = D / HEADS;
-  // Kernel experiment (session 8, not yet run on a GPU): two blocks per SM, -DAXIAL_FUSED_ATTN_MINB=2
-  // with -DAXIAL_FUSED_ATTN_BM=64 -DAXIAL_FUSED_ATTN_BN_HD32=64 (at msa, 98 KB of shared memory and at
-  // most 128 registers a block): the kernel waits on latencies at two warps per scheduler (session 8:
-  // 27% fewer instructions gave 8%), and one block's output projection would overlap the other's
-  // attention. Where two blocks' tiles cannot fit (esm's 96 KB output tile), one block per SM as before.
-#ifndef AXIAL_FUSED_ATTN_MINB
-#define AXIAL_FUSED_ATTN_MINB 1
+  // At head_dim 32 (where D is a multiple of 128: two 64-row warpgroups side by side in the output
+  // projection), two blocks per SM of 64 queries, 64-key tiles and at most 128 registers (PAIR; at
+  // msa 98 KB of shared memory a block): the kernel waits on latencies at two warps per scheduler
+  // (session 8: 27% fewer instructions gave 8%), and one block's output projection overlaps the
+  // other's attention. Measured (session 9) at msa: 275 / 420 -> 263 / 412 us per pass. Elsewhere
+  // one block per SM of 128 queries (64 where D > 256), 128-key tiles at head_dim 32.
+  // Kernel experiments: -DAXIAL_FUSED_ATTN_PAIR=0 restores one block per SM at head_dim 32;
+  // -DAXIAL_FUSED_ATTN_MINB=1|2, -DAXIAL_FUSED_ATTN_BM=64|128, -DAXIAL_FUSED_ATTN_BN_HD32=64|128 set
+  // blocks per SM (2 where they fit), queries per block and keys per tile at head_dim 32 directly.
+#ifndef AXIAL_FUSED_ATTN_PAIR
+#define AXIAL_FUSED_ATTN_PAIR 1
 #endif
+  static constexpr bool PAIR = AXIAL_FUSED_ATTN_PAIR && HD == 32 && D % 128 == 0;
 #ifdef AXIAL_FUSED_ATTN_BM
-  static constexpr int BM = AXIAL_FUSED_ATTN_BM, MT = BM / 64;
+  static constexpr int BM = AXIAL_FUSED_ATTN_BM;
 #else
-  static constexpr int BM = D <= 256 ? 128 : 64, MT = BM / 64;  // queries per block; 64-row halves
+  static constexpr int BM = PAIR || D > 256 ? 64 : 128;  // queries per block
 #endif
-#ifndef AXIAL_FUSED_ATTN_BN_HD32  // kernel experiments: keys per tile at head_dim 32 (64 or 128)
-#define AXIAL_FUSED_ATTN_BN_HD32 128
+  static constexpr int MT = BM / 64;                       // 64-row halves
+#ifdef AXIAL_FUSED_ATTN_BN_HD32
+  static constexpr int BN = HD == 32 ? AXIAL_FUSED_ATTN_BN_HD32 : 64;
+#else
+  static constexpr int BN = HD == 32 && !PAIR ? 128 : 64;  // keys per tile
 #endif
-  static constexpr int BN = HD == 32 ? AXIAL_FUSED_ATTN_BN_HD32 : 64;  // keys per tile
+#ifdef AXIAL_FUSED_ATTN_MINB
+  static constexpr bool WANT2 = AXIAL_FUSED_ATTN_MINB == 2;
+#else
+  static constexpr bool WANT2 = PAIR;
+#endif
   static constexpr int RB = HD * 2;                              // bytes per row of one head's q, k or v
   static constexpr size_t OFFS = 2ull * BM * sizeof(int64_t);
   static constexpr size_t O_BYTES = size_t(BM) * D * 2;         // attention output tile, SW128
@@ -49,7 +61,7 @@ struct AttnSm90 {
   static constexpr size_t STAGE = 2ull * BN * RB;               // one key tile: k rows, then v rows
   // Per warpgroup: two query buffers (this head's, the next one's) and SW ring stages.
   static constexpr size_t FIXED = 1024 + OFFS + O_BYTES + 2 * 2 * Q_BYTES;
-  static constexpr int MINB = AXIAL_FUSED_ATTN_MINB == 2 && FIXED + 2 * 2 * STAGE <= 113 * 1024 ? 2 : 1;
+  static constexpr int MINB = WANT2 && FIXED + 2 * 2 * STAGE <= 113 * 1024 ? 2 : 1;
   static constexpr size_t SMEM_MAX = MINB == 2 ? 113 * 1024 : 227 * 1024;  // per block
   static constexpr int SW_FIT = FIXED < SMEM_MAX ? int((SMEM_MAX - FIXED) / (2 * STAGE)) : 0;
   static constexpr int SW = SW_FIT > 4 ? 4 : SW_FIT;

@@ -18,11 +18,17 @@
 #include "axial_fused/warp_mma.cuh"
 #include "axial_fused/wgmma.cuh"
 
-// Kernel experiment -DAXIAL_FUSED_QKV_TMA=1 (session 8, not yet run on a GPU): K1 in clusters of two
-// blocks sharing each weight chunk through a multicast tensor-map copy (wg_gemm_tma_produce). Needs
-// the driver API's tensor-map types (cuda.h) and its encoder (found through the runtime).
+// At D >= AXIAL_FUSED_QKV_TMA_MIN_D, K1 runs in clusters of two blocks that share each weight chunk
+// through a multicast tensor-map copy (wg_gemm_tma_produce): half the L2 weight reads. Measured
+// (session 9): esm (D = 768) 337 -> 318 us per pass; msa (D = 256, where the weight is a smaller
+// share of the traffic) 174 -> 177, hence the threshold. Needs the driver API's tensor-map types
+// (cuda.h) and its encoder (found through the runtime). Kernel experiments: -DAXIAL_FUSED_QKV_TMA=0
+// (no cluster kernel at all), -DAXIAL_FUSED_QKV_TMA_MIN_D=0 (clusters at every D).
 #ifndef AXIAL_FUSED_QKV_TMA
-#define AXIAL_FUSED_QKV_TMA 0
+#define AXIAL_FUSED_QKV_TMA 1
+#endif
+#ifndef AXIAL_FUSED_QKV_TMA_MIN_D
+#define AXIAL_FUSED_QKV_TMA_MIN_D 512
 #endif
 #if AXIAL_FUSED_QKV_TMA
 #include <cuda.h>
@@ -370,7 +376,7 @@ struct OutEpilogue {
   // The same in two steps, for wg_gemm to issue every load of a tile before its products finish:
   // out may alias x (the in-place column pass), so a compiler cannot hoist a load above an earlier
   // store itself, and each pair would wait out a global load's latency in turn.
-  // addend() only issues the two loads and returns the raw pairs; store() converts and adds them.
+  // addend() only issues the two loads and returns the raw pairs; fold() converts and adds them.
   // (Adding them in addend() made every thread wait for its loads where they were issued: 13k cycles
   // per block in msa's attention kernel; deferring the add took msa from 1316 to 1291 us per forward,
   // esm from 1558 to 1546, docs/performance.md.) Same arithmetic as operator(): a + (bias + residual).
@@ -385,14 +391,9 @@ struct OutEpilogue {
     a.res = xr >= 0 ? *reinterpret_cast<const P2*>(x + xr + c) : Pack2<T>::make(0.f, 0.f);
     return a;
   }
-  __device__ __forceinline__ void store(int r, int c, float a, float b, const Addend& add) const {
-    if (xo[r] < 0) return;
-    const float2 res = Pack2<T>::unpack(add.res), bv = Pack2<T>::unpack(add.bias);
-    store2(out + oo[r] + c, a + (res.x + bv.x), b + (res.y + bv.y));
-  }
-  // Kernel experiment -DAXIAL_FUSED_OUT_VEC8=1 (wg_gemm): the addends folded into the accumulator
-  // pair (the same fp32 sum as store()), then 8 consecutive outputs, rounded, stored as one 16-byte
-  // vector (out rows are 16-byte aligned: the op allocates out, and x is packed so).
+  // wg_gemm folds the addends into the accumulator pair (the same fp32 sum as operator()), then
+  // stores 8 consecutive outputs, rounded, as one 16-byte vector (out rows are 16-byte aligned: the
+  // op allocates out, and x is packed so).
   __device__ __forceinline__ void fold(float& a, float& b, const Addend& add) const {
     const float2 res = Pack2<T>::unpack(add.res), bv = Pack2<T>::unpack(add.bias);
     a = a + (res.x + bv.x);
@@ -537,10 +538,7 @@ struct QkvSm90 {
 #define AXIAL_FUSED_QKV_WS 1
 #endif
   static constexpr bool WS = AXIAL_FUSED_QKV_WS && KW == 32;
-  static constexpr bool TMA = AXIAL_FUSED_QKV_TMA && WS;  // the cluster experiment (see the top of this file)
-#ifndef AXIAL_FUSED_QKV_ST128
-#define AXIAL_FUSED_QKV_ST128 0
-#endif
+  static constexpr bool TMA = AXIAL_FUSED_QKV_TMA && WS && D >= AXIAL_FUSED_QKV_TMA_MIN_D;  // 2-block clusters (top of this file)
   static constexpr int THREADS = WS ? 288 : 256;
   static constexpr size_t BAR_BYTES = WS ? 16 * 8 : 0;  // full[S] and empty[S], S <= 8
   static constexpr size_t SLACK = 128 * sizeof(int64_t) + BAR_BYTES + 1024;  // row offsets, barriers, alignment
@@ -575,8 +573,7 @@ struct QkvSm90 {
   static constexpr int S = S_FIT < 3 ? 3 : S_FIT < AXIAL_FUSED_QKV_STAGES ? S_FIT : AXIAL_FUSED_QKV_STAGES;
   static constexpr size_t SMEM = SLACK + A_BYTES + S * STAGE;
   // Blocks per SM the register budget is set for (228 KB of shared memory, 1 KB reserved per block).
-  // (The deferred-store experiment holds a column chunk's outputs in registers: one block per SM.)
-  static constexpr int MINB = KW == 32 && 2 * (SMEM + 1024) <= 228 * 1024 && !AXIAL_FUSED_QKV_STORE_DEFER ? 2 : 1;
+  static constexpr int MINB = KW == 32 && 2 * (SMEM + 1024) <= 228 * 1024 ? 2 : 1;
   static_assert(!WS || (KW == 32 && S <= 8 && (BNW == 64 || BNW == 128)), "the warp-specialized form's limits");
   static_assert(A_BYTES + S * STAGE <= BUDGET && N % (WGN * BNW) == 0, "no Hopper QKV configuration fits");
 };
@@ -629,7 +626,7 @@ __device__ __forceinline__ void layernorm_sw128(const PassParams& p, T* A) {
   fence_proxy_async();
 }
 
-// The body of K1 (ln_qkv_sm90_kernel); TMA: the cluster experiment's form (ln_qkv_sm90_tma_kernel),
+// The body of K1 (ln_qkv_sm90_kernel); TMA: the cluster form (ln_qkv_sm90_tma_kernel),
 // `wmap` the QKV weight's tensor map.
 template <class T, int D, bool TMA>
 __device__ __forceinline__ void ln_qkv_sm90_body(const PassParams& p, const void* wmap) {
@@ -643,17 +640,10 @@ __device__ __forceinline__ void ln_qkv_sm90_body(const PassParams& p, const void
   T* ws = reinterpret_cast<T*>(base + C::A_BYTES);
   T* qkv = static_cast<T*>(p.scratch);
   const int64_t L = p.len, tokens = p.num_seq * L, t0 = int64_t(blockIdx.x) * BM;
-  // Kernel experiment -DAXIAL_FUSED_QKV_ST128=1 (session 8, not yet run on a GPU): the 16-byte vectors
-  // stored with one STG.128 each (st_global_16) instead of the four 32-bit stores the compiler makes
-  // of the uint4 assignment.
+  // Each 16-byte vector goes out as one STG.E.128 (st_global_16): the compiler made four 32-bit
+  // stores of a uint4 assignment. Measured (session 9): msa 215 -> 174, esm 351 -> 337 us per pass.
   auto store = [&](int r, int c, uint4 v) {
-    if ((AXIAL_FUSED_DIAG_K1 & 2) == 0 && t0 + r < tokens) {
-      if constexpr (AXIAL_FUSED_QKV_ST128) {
-        st_global_16(qkv + (t0 + r) * C::N + c, v);
-      } else {
-        *reinterpret_cast<uint4*>(qkv + (t0 + r) * C::N + c) = v;
-      }
-    }
+    if ((AXIAL_FUSED_DIAG_K1 & 2) == 0 && t0 + r < tokens) st_global_16(qkv + (t0 + r) * C::N + c, v);
   };
 
   // 1. Request the tile's raw rows (straight into their SW128 places; rows past the end read as 0).
@@ -720,10 +710,10 @@ __global__ void __launch_bounds__(QkvSm90<T, D>::THREADS, QkvSm90<T, D>::MINB)
 }
 
 #if AXIAL_FUSED_QKV_TMA
-// The cluster experiment's K1: pairs of blocks (grid rounded up to even; a block past the tokens
-// still takes part in the copies and stores nothing).
+// K1 in clusters (QkvSm90::TMA): pairs of blocks (launched with a cluster attribute; grid rounded up
+// to even; a block past the tokens still takes part in the copies and stores nothing).
 template <class T, int D>
-__global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(QkvSm90<T, D>::THREADS, QkvSm90<T, D>::MINB)
+__global__ void __launch_bounds__(QkvSm90<T, D>::THREADS, QkvSm90<T, D>::MINB)
     ln_qkv_sm90_tma_kernel(const __grid_constant__ PassParams p, const __grid_constant__ CUtensorMap wmap) {
 #if AXIAL_FUSED_SM90
   ln_qkv_sm90_body<T, D, true>(p, &wmap);
@@ -885,8 +875,9 @@ namespace axial_fused {
 // Launches Kernel with `smem` bytes of dynamic shared memory. Above 48 KB a kernel must opt in
 // (cudaFuncSetAttribute, a driver call): done once per kernel and device, to the device's limit
 // (the attribute only permits; occupancy follows each launch's own request), so the hot path makes
-// one launch call and no attribute call.
-template <auto Kernel, class... Args>
+// one launch call and no attribute call. CLUSTER > 1: thread-block clusters of that many blocks (a
+// launch attribute, not __cluster_dims__, which the sm_80 compilation of the same kernel rejects).
+template <auto Kernel, int CLUSTER = 1, class... Args>
 inline cudaError_t launch_with_smem(int64_t blocks, int threads, size_t smem, cudaStream_t stream, const Args&... args) {
   if (blocks <= 0) return cudaSuccess;
   if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
@@ -906,8 +897,24 @@ inline cudaError_t launch_with_smem(int64_t blocks, int threads, size_t smem, cu
       if (cached) opted_in[device].store(true, std::memory_order_release);
     }
   }
-  Kernel<<<unsigned(blocks), threads, smem, stream>>>(args...);
-  return cudaGetLastError();
+  if constexpr (CLUSTER == 1) {
+    Kernel<<<unsigned(blocks), threads, smem, stream>>>(args...);
+    return cudaGetLastError();
+  } else {
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = CLUSTER;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(unsigned(blocks));
+    cfg.blockDim = dim3(unsigned(threads));
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, Kernel, args...);
+  }
 }
 
 template <class T, int D, int HEADS>
@@ -935,11 +942,14 @@ struct Spec {
         using C = QkvSm90<T, D>;
 #if AXIAL_FUSED_QKV_TMA
         if constexpr (C::TMA) {
+          // A driver without the encoder, or a map it refuses: the one-block kernel, same result.
           CUtensorMap wmap;
           e = encode_weight_map<T>(&wmap, p.w_qkv, C::N, D, C::KW, C::WGN * C::BNW / 2);
           if (e == cudaSuccess)
-            e = launch_with_smem<ln_qkv_sm90_tma_kernel<T, D>>(((tokens + C::BM - 1) / C::BM + 1) / 2 * 2, C::THREADS,
+            e = launch_with_smem<ln_qkv_sm90_tma_kernel<T, D>, 2>(((tokens + C::BM - 1) / C::BM + 1) / 2 * 2, C::THREADS,
                                                                C::SMEM, stream, p, wmap);
+          else
+            e = launch_with_smem<ln_qkv_sm90_kernel<T, D>>((tokens + C::BM - 1) / C::BM, C::THREADS, C::SMEM, stream, p);
         } else
 #endif
         e = launch_with_smem<ln_qkv_sm90_kernel<T, D>>((tokens + C::BM - 1) / C::BM, C::THREADS, C::SMEM, stream, p);

@@ -361,8 +361,7 @@ __device__ __forceinline__ void cp_async_mbar_arrive(uint32_t bar) {
 #endif
 }
 
-// Thread-block clusters and the tensor-memory accelerator (used by the kernel experiment
-// -DAXIAL_FUSED_QKV_TMA=1): this block's rank in its cluster; a barrier over every thread of the
+// Thread-block clusters and the tensor-memory accelerator (K1's cluster form, QkvSm90::TMA): this block's rank in its cluster; a barrier over every thread of the
 // cluster (release / acquire); the fence that makes mbarrier inits visible cluster-wide; an arrival
 // that also expects `bytes` of transactions; an arrival on the mbarrier at the same shared offset in
 // cluster block `cta` (default, CTA-scope release semantics, as CUTLASS's ClusterBarrier: the
@@ -499,13 +498,11 @@ __device__ __forceinline__ void store_vec8(const float (&acc)[BNW / 2], int r0, 
 // prologue() runs once the first S - 2 chunks are requested
 // (their cp.async groups are the newest S - 2); A must be written and fenced (fence_proxy_async)
 // by the end of it. Ends with all wgmma done; `ws` is free once the caller synchronises.
-// Kernel experiment -DAXIAL_FUSED_OUT_VEC8=1 (session 8, not yet run on a GPU): with an addend epilogue
-// (the output projections' bias + residual), the addends are folded into the accumulators and the
-// outputs stored as 16-byte vectors (store_vec8: one STG.E.128 per 8 outputs) instead of one 4-byte
-// store per pair: a quarter of the store instructions in the phase where every block stores at once.
-#ifndef AXIAL_FUSED_OUT_VEC8
-#define AXIAL_FUSED_OUT_VEC8 0
-#endif
+// With an addend epilogue (the output projections' bias + residual), the addends are folded into the
+// accumulators and the outputs stored as 16-byte vectors (store_vec8: one STG.E.128 per 8 outputs)
+// instead of one 4-byte store per pair: a quarter of the store instructions in the phase where every
+// block stores at once. Measured (session 9): esm's attention kernels 338 / 183 -> 331 / 176 us,
+// latent's fused passes 81 -> 79 us.
 template <class T, int WGM, int WGN, int BNW, int N, int K, int S, bool VEC8 = false, int KW = 64, class Epi,
           class Prologue>
 __device__ __forceinline__ void wg_gemm(const T* A, const T* W, T* ws, Epi&& epi, Prologue&& prologue) {
@@ -595,19 +592,13 @@ __device__ __forceinline__ void wg_gemm(const T* A, const T* W, T* ws, Epi&& epi
     const int n0 = nc * CN + wn * BNW, r0 = wm * 64 + warp * 16 + g;
     if constexpr (VEC8) {
       store_vec8<T, BNW>(acc, r0, n0, t, epi);
-    } else if constexpr (PREFETCH && AXIAL_FUSED_OUT_VEC8) {  // kernel experiment: 16-byte output stores
+    } else if constexpr (PREFETCH) {  // the addends folded in, then 16-byte output stores
 #pragma unroll
       for (int j = 0; j < BNW / 8; ++j) {
         epi.fold(acc[4 * j], acc[4 * j + 1], add[j][0]);
         epi.fold(acc[4 * j + 2], acc[4 * j + 3], add[j][1]);
       }
       store_vec8<T, BNW>(acc, r0, n0, t, epi);
-    } else if constexpr (PREFETCH) {
-#pragma unroll
-      for (int j = 0; j < BNW / 8; ++j) {
-        epi.store(r0, n0 + j * 8 + 2 * t, acc[4 * j], acc[4 * j + 1], add[j][0]);
-        epi.store(r0 + 8, n0 + j * 8 + 2 * t, acc[4 * j + 2], acc[4 * j + 3], add[j][1]);
-      }
     } else {
 #pragma unroll
       for (int j = 0; j < BNW / 8; ++j) {
@@ -660,8 +651,8 @@ __device__ __forceinline__ void wg_gemm_ws_produce(const T* W, T* ws, uint32_t f
   cp_async_wait<0>();
 }
 
-// Kernel experiment -DAXIAL_FUSED_QKV_TMA=1 (session 8, written after the device time ran out, not yet
-// run on a GPU): K1 in clusters of two blocks (two token tiles) that share every weight chunk. Each
+// K1's cluster form (QkvSm90::TMA, D >= 512; written in session 8, measured and adopted in session 9):
+// K1 in clusters of two blocks (two token tiles) that share every weight chunk. Each
 // block's producer thread loads half of the chunk's CN rows with one tensor-map copy (TMA, the
 // 64-byte swizzle done by the copy engine) multicast into both blocks' stage, so each block reads
 // half the weight from L2 (esm: 906 -> 453 MB per pass; the diagnostic without weight copies was 86
@@ -709,54 +700,9 @@ __device__ __forceinline__ void ws_step(float (&acc)[BNW / 2], uint32_t a_base, 
   }
 }
 
-// Kernel experiment -DAXIAL_FUSED_QKV_STORE_DEFER=1 (session 8, written after the device time ran out,
-// not yet run on a GPU). Measured: K1 without its q/k/v stores runs 137 of 216 us per pass faster at
-// msa and 150 of 354 at esm (-DAXIAL_FUSED_DIAG_K1=2, docs/performance.md), far more than the stores'
-// own issue cost: every block reaches its column-chunk epilogue at the same moment, so the whole GPU
-// writes in bursts (~8.6 MB at msa) while the tensor cores wait, and writes nothing in between. Here a
-// column chunk's outputs are rounded and quad-transposed into registers (BNW / 16 16-byte vectors per
-// thread) and stored one per weight step of the next chunk, after that step's products are issued,
-// so the writes trickle out while the tensor cores work; the last chunk's go out at the end.
-#ifndef AXIAL_FUSED_QKV_STORE_DEFER
-#define AXIAL_FUSED_QKV_STORE_DEFER 0
-#endif
-template <class T, int WGM, int WGN, int BNW, int N, int K, int S, int KW, bool TMA, class Epi>
-__device__ __forceinline__ void wg_gemm_ws_consume_deferred(float (&acc)[BNW / 2], uint32_t a_base, uint32_t w_base,
-                                                            uint32_t full, uint32_t empty, Epi& epi) {
-  constexpr int BM = 64 * WGM, CN = WGN * BNW, KC = K / KW, NP = BNW / 16;
-  const int wn = (threadIdx.x >> 7) / WGM, wm = (threadIdx.x >> 7) % WGM;
-  const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int r0 = wm * 64 + warp * 16 + g;
-  uint4 pend[NP] = {};  // vector i: row r0 + 8 (i % 2), columns pend_n0 + ((i / 2) * 4 + t) * 8 .. + 7
-  int pend_n0 = 0;
-  auto put = [&](int i) { epi(r0 + 8 * (i & 1), pend_n0 + ((i >> 1) * 4 + t) * 8, pend[i]); };
-  for (int nc = 0; nc < N / CN; ++nc) {
-#pragma unroll
-    for (int kc = 0; kc < KC; ++kc) {  // unrolled: pend[kc] stays in registers
-      const int it = nc * KC + kc;
-      ws_step<T, BM, BNW, CN, S, KW, TMA>(acc, a_base, w_base, full, it, kc);
-      wgmma_commit();
-      if (kc < NP && nc > 0) put(kc);  // the previous chunk's outputs, one vector per step
-      wgmma_wait<1>();
-      if (kc > 0 && lane == 0) ws_release<TMA>(empty + 8 * ((it - 1) % S));
-    }
-#pragma unroll
-    for (int i = KC; i < NP; ++i)  // more vectors than weight steps (small K)
-      if (nc > 0) put(i);
-    wgmma_wait<0>();
-    fence_regs(acc);
-    if (lane == 0) ws_release<TMA>(empty + 8 * (((nc + 1) * KC - 1) % S));
-#pragma unroll
-    for (int i = 0; i < NP; ++i) pend[i] = quad_transpose<T>(acc, (i >> 1) * 4, 2 * (i & 1));
-    pend_n0 = nc * CN + wn * BNW;
-  }
-#pragma unroll
-  for (int i = 0; i < NP; ++i) put(i);
-}
-
 // Consumers: the WGM x WGN = 2 warpgroups (threads 0 .. 255) over A, as wg_gemm; A must be written and
 // fenced, and visible to both, before the call.
-// With TMA (the cluster experiment) each release also goes to the other block's `empty`.
+// With TMA (K1's cluster form) each release also goes to the other block's `empty`.
 template <class T, int WGM, int WGN, int BNW, int N, int K, int S, int KW, bool TMA = false, class Epi>
 __device__ __forceinline__ void wg_gemm_ws_consume(const T* A, const T* ws, uint32_t full, uint32_t empty, Epi&& epi) {
   // Two warpgroups: each `empty` mbarrier expects one arrival from each of their 8 warps.
@@ -769,22 +715,18 @@ __device__ __forceinline__ void wg_gemm_ws_consume(const T* A, const T* ws, uint
   float acc[BNW / 2];
 #pragma unroll
   for (int i = 0; i < BNW / 2; ++i) acc[i] = 0.f;
-  if constexpr (AXIAL_FUSED_QKV_STORE_DEFER) {
-    wg_gemm_ws_consume_deferred<T, WGM, WGN, BNW, N, K, S, KW, TMA>(acc, a_base, w_base, full, empty, epi);
-  } else {
-    for (int nc = 0; nc < N / CN; ++nc) {
-      for (int kc = 0; kc < KC; ++kc) {
-        const int it = nc * KC + kc;
-        ws_step<T, BM, BNW, CN, S, KW, TMA>(acc, a_base, w_base, full, it, kc);
-        wgmma_commit();
-        wgmma_wait<1>();  // the products of chunk it - 1 are done: release its stage
-        if (kc > 0 && lane == 0) ws_release<TMA>(empty + 8 * ((it - 1) % S));
-      }
-      wgmma_wait<0>();
-      fence_regs(acc);
-      if (lane == 0) ws_release<TMA>(empty + 8 * (((nc + 1) * KC - 1) % S));  // the column chunk's last stage
-      store_vec8<T, BNW>(acc, wm * 64 + warp * 16 + g, nc * CN + wn * BNW, t, epi);
+  for (int nc = 0; nc < N / CN; ++nc) {
+    for (int kc = 0; kc < KC; ++kc) {
+      const int it = nc * KC + kc;
+      ws_step<T, BM, BNW, CN, S, KW, TMA>(acc, a_base, w_base, full, it, kc);
+      wgmma_commit();
+      wgmma_wait<1>();  // the products of chunk it - 1 are done: release its stage
+      if (kc > 0 && lane == 0) ws_release<TMA>(empty + 8 * ((it - 1) % S));
     }
+    wgmma_wait<0>();
+    fence_regs(acc);
+    if (lane == 0) ws_release<TMA>(empty + 8 * (((nc + 1) * KC - 1) % S));  // the column chunk's last stage
+    store_vec8<T, BNW>(acc, wm * 64 + warp * 16 + g, nc * CN + wn * BNW, t, epi);
   }
 }
 

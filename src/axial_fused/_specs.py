@@ -6,8 +6,9 @@ generate and compile, and the tests check the extension against it.
 ``AXIAL_FUSED_SPECS`` (read by setup.py):
   ``default``  (or unset) every (dim, heads) of DEFAULT_PAIRS in float32, float16 and bfloat16;
   ``minimal``  the smallest set that still instantiates every kernel template: (64, 4) in all three
-               dtypes (tensor-core bf16 and fp16, tf32, exact fp32; fused and two-kernel paths) and
-               (128, 4) in bf16 (head_dim 32: the Hopper fused and Hopper attention kernels);
+               dtypes (tensor-core bf16 and fp16, tf32, exact fp32; fused and two-kernel paths),
+               (128, 4) in bf16 (head_dim 32: the Hopper fused and Hopper attention kernels) and
+               (512, 8) in bf16 (D >= 512: the clustered Hopper LN+QKV kernel; head_dim 64);
   a list       ``DIMxHEADS[:DTYPE]`` items separated by commas, e.g. ``64x4,256x8:bf16``; an item
                without a dtype stands for all three.
 Every specialization serves every sequence length on either axis (see docs/design.md).
@@ -19,7 +20,7 @@ DEFAULT_PAIRS = (
     (64, 4), (128, 4), (192, 6), (256, 8), (768, 12),  # the benchmark suite
     (128, 8), (256, 4), (384, 6), (512, 8), (1024, 16),
 )
-MINIMAL = (("fp32", 64, 4), ("fp16", 64, 4), ("bf16", 64, 4), ("bf16", 128, 4))
+MINIMAL = (("fp32", 64, 4), ("fp16", 64, 4), ("bf16", 64, 4), ("bf16", 128, 4), ("bf16", 512, 8))
 MAX_HEAD_DIM = 128
 
 
