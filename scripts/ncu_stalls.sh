@@ -9,7 +9,7 @@ shape=${1:?usage: ncu_stalls.sh SHAPE [PATH] [LAUNCHES]}; path=${2:-auto}; n=${3
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
 log="$OUT/stalls-$shape-$path.txt"
 timeout "${NCU_TIMEOUT:-240}" ncu --clock-control none \
-  --kernel-name regex:"^(fused_pass|fused_sm90|ln_qkv|ln_qkv_sm90|attn_out|attn_sm90)_kernel" --kernel-name-base function \
+  --kernel-name regex:"^(fused_pass|fused_sm90|ln_qkv|ln_qkv_sm90|ln_qkv_sm90_tma|attn_out|attn_sm90)_kernel" --kernel-name-base function \
   --launch-count "$n" \
   --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,regex:sm__pipe_tensor.*cycles_active\.avg\.pct_of_peak_sustained_active,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,smsp__inst_executed.sum,gpu__time_duration.sum' \
   python3 scripts/profile_pass.py "$shape" "$path" > "$log" 2>&1

@@ -2,6 +2,8 @@
 # compute-sanitizer memcheck, racecheck, synccheck and initcheck over scripts/sanitize_driver.py (every
 # dtype and head_dim, lengths 1 and 1024, lengths off the tile, packed sequences, both kernel paths).
 # Usage (repo root, extension built in place):  bash scripts/sanitize.sh [tool ...]
+# SANITIZE_DIMS="256x8,768x12" limits the driver to those (dim, heads); SANITIZE_FILTER replaces the
+# kernel filter (e.g. "--kernel-name kns=sm90": the Hopper kernels only), for a quicker racecheck.
 # Logs: $OUT/sanitize-<tool>.log (OUT defaults to ./device_out). Prints each tool's ERROR SUMMARY;
 # exit status 1 if any tool reports an error, fails or times out (SANITIZE_TIMEOUT seconds per tool,
 # or a share of the time to SANITIZE_DEADLINE).

@@ -8,6 +8,7 @@ to touch every code path once. Prints one line per call.
 """
 from __future__ import annotations
 
+import os
 import sys
 
 import torch
@@ -23,9 +24,11 @@ from axial_fused import _ext
 # tile; 300 (dim 192) and 150 (dim 768) run the Hopper attention kernel (two-kernel path, 16-bit,
 # sm_90a) over several key tiles with a partial last one, at head_dim 32 and 64. Smaller builds run
 # what they have.
+# (256, 8): the head_dim-32 attention kernel at two blocks per SM (D % 128 == 0); (768, 12) forced onto
+# the two-kernel path: the clustered LN+QKV kernel (D >= 512).
 PLAN = {(64, 4): [(1, 1, 1), (1, 1024, 1), (2, 33, 7)], (192, 6): [(1, 33, 65), (3, 100, 9), (1, 2, 300)],
-        (768, 12): [(1, 5, 70), (1, 3, 150)]}
-FORCED_PATHS = {(64, 4, (2, 33, 7)): (-1, 0, 1), (192, 6, (3, 100, 9)): (-1, 2)}
+        (256, 8): [(1, 3, 300)], (768, 12): [(1, 5, 70), (1, 3, 150)]}
+FORCED_PATHS = {(64, 4, (2, 33, 7)): (-1, 0, 1), (192, 6, (3, 100, 9)): (-1, 2), (768, 12, (1, 3, 150)): (-1, 1)}
 HOPPER_FUSED = 2  # 16-bit only, and only where the binary has sm_90a code for a 9.0 GPU
 
 
@@ -42,7 +45,11 @@ def weights(dtype, dim, heads):
 def main() -> int:
     specs = _ext.specs()
     calls = 0
+    # SANITIZE_DIMS (e.g. "256x8,768x12"): only those (dim, heads) of the plan, for a quicker racecheck.
+    only = {tuple(map(int, d.split("x"))) for d in os.environ.get("SANITIZE_DIMS", "").split(",") if d}
     for (dim, heads), shapes in PLAN.items():
+        if only and (dim, heads) not in only:
+            continue
         for dt, dtype in (("float32", torch.float32), ("float16", torch.float16), ("bfloat16", torch.bfloat16)):
             if (dt, dim, heads) not in specs:
                 continue
