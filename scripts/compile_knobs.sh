@@ -3,10 +3,11 @@
 # builds one specialization's kernel file for sm_90a with each flag set, no GPU needed. CI runs it, so
 # an experiment not yet measured cannot rot while the default code moves on.
 # Usage (repo root):  bash scripts/compile_knobs.sh [KERNEL_FILE]
-#   KNOBS: ';'-separated flag sets (default: the forms the defaults replaced, the diagnostics, the phase clocks)
+#   KNOBS: ';'-separated flag sets (default: the experiments not yet run on a GPU, the forms the defaults replaced,
+#          the diagnostics, the phase clocks)
 set -euo pipefail
 file=${1:-kernels/axial_bf16_d128_h4.cu}  # in the minimal set: K1, the head_dim-32 attention, the fused kernel
-KNOBS=${KNOBS:--DAXIAL_FUSED_QKV_TMA_MIN_D=0;-DAXIAL_FUSED_QKV_TMA=0;-DAXIAL_FUSED_ATTN_PAIR=0;-DAXIAL_FUSED_ATTN_MINB=2 -DAXIAL_FUSED_ATTN_BM=128 -DAXIAL_FUSED_ATTN_BN_HD32=128;-DAXIAL_FUSED_DIAG_K1=7;-DAXIAL_FUSED_WG_LOAD_HOIST=0;-DAXIAL_FUSED_QKV_WS=0 -DAXIAL_FUSED_WG_LOAD_HOIST=0;-DAXIAL_FUSED_QKV_KW=64;-DAXIAL_FUSED_PHASE_CLOCK}
+KNOBS=${KNOBS:--DAXIAL_FUSED_ATTN_ROW_RUN=1;-DAXIAL_FUSED_QKV_TMA_MIN_D=0;-DAXIAL_FUSED_QKV_TMA=0;-DAXIAL_FUSED_ATTN_PAIR=0;-DAXIAL_FUSED_ATTN_MINB=2 -DAXIAL_FUSED_ATTN_BM=128 -DAXIAL_FUSED_ATTN_BN_HD32=128;-DAXIAL_FUSED_DIAG_K1=7;-DAXIAL_FUSED_WG_LOAD_HOIST=0;-DAXIAL_FUSED_QKV_WS=0 -DAXIAL_FUSED_WG_LOAD_HOIST=0;-DAXIAL_FUSED_QKV_KW=64;-DAXIAL_FUSED_PHASE_CLOCK}
 NVCC=${CUDA_HOME:+$CUDA_HOME/bin/}nvcc
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 IFS=';' read -ra sets <<< "$KNOBS"

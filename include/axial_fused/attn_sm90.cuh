@@ -55,7 +55,17 @@ struct AttnSm90 {
   static constexpr bool WANT2 = PAIR;
 #endif
   static constexpr int RB = HD * 2;                              // bytes per row of one head's q, k or v
-  static constexpr size_t OFFS = 2ull * BM * sizeof(int64_t);
+  // Kernel experiment -DAXIAL_FUSED_ATTN_ROW_RUN=1 (session 9, not yet run on a GPU): the output
+  // projection addresses its rows as first offset + token stride (RowRun: a block's queries are
+  // consecutive tokens of one sequence) instead of a 1 KB table of offsets (at BM = 64). In the pair
+  // form that 1 KB is what a fourth ring stage misses: SW 3 -> 4, so a warpgroup requests two key /
+  // value tiles ahead instead of one (msa's K2 waits ~26k of ~70k cycles per warpgroup for tiles at
+  // L = 512, session 9's phase clocks), and the output projection's weight ring gets 4 stages, not 3.
+#ifndef AXIAL_FUSED_ATTN_ROW_RUN
+#define AXIAL_FUSED_ATTN_ROW_RUN 0
+#endif
+  static constexpr bool ROW_RUN = AXIAL_FUSED_ATTN_ROW_RUN;
+  static constexpr size_t OFFS = ROW_RUN ? 0 : 2ull * BM * sizeof(int64_t);
   static constexpr size_t O_BYTES = size_t(BM) * D * 2;         // attention output tile, SW128
   static constexpr size_t Q_BYTES = size_t(BM) * RB;            // one head's queries
   static constexpr size_t STAGE = 2ull * BN * RB;               // one key tile: k rows, then v rows
@@ -178,10 +188,12 @@ __global__ void __launch_bounds__(256, AttnSm90<T, D, HEADS>::MINB) attn_sm90_ke
   const int q0 = int(blockIdx.x % nqt) * BM;
   const T* qkv = static_cast<const T*>(p.scratch) + s * L * (3 * D);
 
-  for (int r = tid; r < BM; r += 256) {
-    const bool ok = q0 + r < L;
-    xo[r] = ok ? x_offset(p, s, q0 + r) : -1;
-    oo[r] = ok ? out_offset(p, s, q0 + r) : -1;
+  if constexpr (!C::ROW_RUN) {
+    for (int r = tid; r < BM; r += 256) {
+      const bool ok = q0 + r < L;
+      xo[r] = ok ? x_offset(p, s, q0 + r) : -1;
+      oo[r] = ok ? out_offset(p, s, q0 + r) : -1;
+    }
   }
 
   // This warpgroup's heads h = 2 i + wg, i < nh; chunk j = i * nkt + n is head i's n-th key tile (with
@@ -373,8 +385,14 @@ __global__ void __launch_bounds__(256, AttnSm90<T, D, HEADS>::MINB) attn_sm90_ke
   fence_proxy_async();
   __syncthreads();
   AXIAL_PHASE(6);
-  wg_gemm<T, C::WGM, C::WGN, C::OUT_BNW, D, D, C::OUT_S, false, C::OUT_KW>(O, static_cast<const T*>(p.w_out), reinterpret_cast<T*>(ring),
-                                                       OutEpilogue<T>(p, xo, oo), [] {});
+  if constexpr (C::ROW_RUN) {
+    const RowRun rows{x_offset(p, s, q0), p.x_stride_tok, out_offset(p, s, q0), p.o_stride_tok, L - q0 < BM ? L - q0 : BM};
+    wg_gemm<T, C::WGM, C::WGN, C::OUT_BNW, D, D, C::OUT_S, false, C::OUT_KW>(
+        O, static_cast<const T*>(p.w_out), reinterpret_cast<T*>(ring), OutEpilogue<T, RowRun>(p, rows), [] {});
+  } else {
+    wg_gemm<T, C::WGM, C::WGN, C::OUT_BNW, D, D, C::OUT_S, false, C::OUT_KW>(
+        O, static_cast<const T*>(p.w_out), reinterpret_cast<T*>(ring), OutEpilogue<T>(p, xo, oo), [] {});
+  }
 #ifdef AXIAL_FUSED_PHASE_CLOCK
   if (blockIdx.x < 2 && wtid == 0)
     printf("attn_sm90 clocks L %d block %d wg %d: prologue %lld tile-wait %lld s %lld softmax %lld pv-wait %lld "

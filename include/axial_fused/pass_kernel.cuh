@@ -354,24 +354,42 @@ __device__ __forceinline__ void row_offsets(const PassParams& p, int64_t* xo, in
   }
 }
 
+// Where a tile's rows live in x and out: a table of offsets (row_offsets; -1 past the end), or, for
+// consecutive tokens of one sequence (the Hopper attention kernel), the first row's offsets and the
+// token strides, with rows n and above past the end.
+struct RowTable {
+  const int64_t* xo;
+  const int64_t* oo;
+  __device__ __forceinline__ int64_t x(int r) const { return xo[r]; }
+  __device__ __forceinline__ int64_t o(int r) const { return oo[r]; }
+};
+struct RowRun {
+  int64_t x0, xs, o0, os;
+  int n;
+  __device__ __forceinline__ int64_t x(int r) const { return r < n ? x0 + r * xs : -1; }
+  __device__ __forceinline__ int64_t o(int r) const { return o0 + r * os; }
+};
+
 // The output projection's epilogue: out[row] = y + bias + x[row] for the pair (r, c) of a tile whose
-// rows are addressed by the offsets from row_offsets (-1: past the end, skipped).
-template <class T>
+// rows are addressed by `rows` (x offset -1: past the end, skipped).
+template <class T, class Rows = RowTable>
 struct OutEpilogue {
   const T* x;
   const T* bias;
   T* out;
-  const int64_t* xo;
-  const int64_t* oo;
+  Rows rows;
   __device__ __forceinline__ OutEpilogue(const PassParams& p, const int64_t* xo_, const int64_t* oo_)
       : x(static_cast<const T*>(p.x)), bias(static_cast<const T*>(p.b_out)), out(static_cast<T*>(p.out)),
-        xo(xo_), oo(oo_) {}
+        rows{xo_, oo_} {}
+  __device__ __forceinline__ OutEpilogue(const PassParams& p, const Rows& rows_)
+      : x(static_cast<const T*>(p.x)), bias(static_cast<const T*>(p.b_out)), out(static_cast<T*>(p.out)),
+        rows(rows_) {}
   __device__ __forceinline__ void operator()(int r, int c, float a, float b) const {
-    const int64_t xr = xo[r];
+    const int64_t xr = rows.x(r);
     if (xr < 0) return;
     const float2 res = load2(x + xr + c);
     const float2 bv = load2(bias + c);
-    store2(out + oo[r] + c, a + bv.x + res.x, b + bv.y + res.y);
+    store2(out + rows.o(r) + c, a + bv.x + res.x, b + bv.y + res.y);
   }
   // The same in two steps, for wg_gemm to issue every load of a tile before its products finish:
   // out may alias x (the in-place column pass), so a compiler cannot hoist a load above an earlier
@@ -385,7 +403,7 @@ struct OutEpilogue {
   };
   __device__ __forceinline__ Addend addend(int r, int c) const {
     using P2 = typename Pack2<T>::type;
-    const int64_t xr = xo[r];
+    const int64_t xr = rows.x(r);
     Addend a;
     a.bias = *reinterpret_cast<const P2*>(bias + c);
     a.res = xr >= 0 ? *reinterpret_cast<const P2*>(x + xr + c) : Pack2<T>::make(0.f, 0.f);
@@ -400,7 +418,7 @@ struct OutEpilogue {
     b = b + (res.y + bv.y);
   }
   __device__ __forceinline__ void operator()(int r, int c, uint4 v) const {
-    if (xo[r] >= 0) st_global_16(out + oo[r] + c, v);
+    if (rows.x(r) >= 0) st_global_16(out + rows.o(r) + c, v);
   }
 };
 
