@@ -361,9 +361,10 @@ __device__ __forceinline__ void cp_async_mbar_arrive(uint32_t bar) {
 #endif
 }
 
-// Thread-block clusters and the tensor-memory accelerator (K1's cluster form, QkvSm90::TMA): this block's rank in its cluster; a barrier over every thread of the
-// cluster (release / acquire); the fence that makes mbarrier inits visible cluster-wide; an arrival
-// that also expects `bytes` of transactions; an arrival on the mbarrier at the same shared offset in
+// Thread-block clusters and the tensor-memory accelerator (K1's cluster form, QkvSm90::TMA): this
+// block's rank in its cluster; a barrier over every thread of the cluster (release / acquire); the
+// fence that makes mbarrier inits visible cluster-wide; an arrival that also expects `bytes` of
+// transactions; an arrival on the mbarrier at the same shared offset in
 // cluster block `cta` (default, CTA-scope release semantics, as CUTLASS's ClusterBarrier: the
 // arriving warp's wgmma reads of the stage are complete by then; `.release.cluster` would cost a
 // GPU-wide MEMBAR per arrival); and a 2-D tensor-map box multicast to the blocks in `mask`, each
@@ -618,8 +619,7 @@ __device__ __forceinline__ void wg_gemm(const T* A, const T* W, T* ws, Epi&& epi
 }
 
 // Warp-specialized form of wg_gemm (K1's product; -DAXIAL_FUSED_QKV_WS=0 puts K1 back on wg_gemm).
-// The same product, Y = A @ W^T with
-// VEC8 epilogues, but the weight chunks (CN x KW, KW = 32, SW64) come from one producer warp, and
+// The same product, Y = A @ W^T with VEC8 epilogues, but the weight chunks (CN x KW, KW = 32, SW64) come from one producer warp, and
 // each stage has two mbarriers: full[s] (32 arrivals: each producer lane's cp.async of the chunk have
 // landed) and empty[s] (8 arrivals: every consumer warp's wgmma that read it are done). The consumer
 // warpgroups then pay per step a barrier wait, a proxy fence and their wgmma, instead of a block
