@@ -413,7 +413,14 @@ __device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const void* 
 
 // The 8 consecutive outputs (rounded to T) of one row of 8-column block jb + t (t = lane % 4), from
 // the accumulator pairs the quad's four threads hold for blocks jb..jb+3 (h = 0: row g, 2: row g + 8):
-// a 4 x 4 transpose within the quad, three shuffles.
+// a 4 x 4 transpose within the quad. Lane t holds M[t][i] (its pair of block jb + i) and wants
+// M[i][t]: two butterfly rounds (lanes t ^ 2, then t ^ 1), each swapping the two entries whose index
+// differs from t in that bit; four shuffles and selects on the lane's bits. The first form (three
+// shuffles, each source and slot picked by a runtime index) compiled to chains of selects and
+// branches: ~700 instructions per 64 x 128 chunk epilogue. -DAXIAL_FUSED_EPI_BFLY=0 restores it.
+#ifndef AXIAL_FUSED_EPI_BFLY
+#define AXIAL_FUSED_EPI_BFLY 1
+#endif
 template <class T, int R>
 __device__ __forceinline__ uint4 quad_transpose(const float (&acc)[R], int jb, int h) {
   const int t = threadIdx.x & 3;
@@ -423,6 +430,20 @@ __device__ __forceinline__ uint4 quad_transpose(const float (&acc)[R], int jb, i
     typename Pack2<T>::type pr = Pack2<T>::make(acc[4 * (jb + i) + h], acc[4 * (jb + i) + h + 1]);
     v[i] = *reinterpret_cast<uint32_t*>(&pr);
   }
+#if AXIAL_FUSED_EPI_BFLY
+#pragma unroll
+  for (int bit = 2; bit >= 1; bit >>= 1) {
+    const bool up = t & bit;  // this lane keeps the entries with that index bit set, sends the others
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      if (i & bit) continue;
+      const uint32_t got = __shfl_xor_sync(0xffffffffu, up ? v[i] : v[i + bit], bit);
+      v[i] = up ? got : v[i];
+      v[i + bit] = up ? v[i + bit] : got;
+    }
+  }
+  return make_uint4(v[0], v[1], v[2], v[3]);
+#else
   auto pick = [&](int i) { return i == 0 ? v[0] : i == 1 ? v[1] : i == 2 ? v[2] : v[3]; };
   // r[k] comes from thread t ^ k: its pair of block jb + t, which belongs in slot t ^ k.
   const uint32_t r0 = pick(t), r1 = __shfl_xor_sync(0xffffffffu, pick(t ^ 1), 1),
@@ -432,6 +453,7 @@ __device__ __forceinline__ uint4 quad_transpose(const float (&acc)[R], int jb, i
     return k == 0 ? r0 : k == 1 ? r1 : k == 2 ? r2 : r3;
   };
   return make_uint4(slot(0), slot(1), slot(2), slot(3));
+#endif
 }
 
 // An epilogue with addend(r, c) -> float2 and store(r, c, y0, y1, addend): wg_gemm loads every addend
