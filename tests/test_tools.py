@@ -2,8 +2,9 @@
 `scripts/sass_loops.py`, run on the K1 kernel compiled for sm_90a in its default warp-specialized form
 and on wg_gemm (-DAXIAL_FUSED_QKV_WS=0), checks what the warp specialization is for: its consumers'
 main loop issues the same tensor-core products with no cp.async and no block barrier; that K1's q/k/v
-and the attention kernel's outputs are stored with STG.E.128 only; and that K1's cluster form loads
-the weight by multicast tensor-map copies."""
+and the attention kernel's outputs are stored with STG.E.128 only; that K1's cluster form loads
+the weight by multicast tensor-map copies; and that the tile-store experiment writes q/k/v only
+through stmatrix and tensor-map stores."""
 from __future__ import annotations
 
 import os
@@ -98,3 +99,14 @@ def test_clustered_k1_loads_the_weight_by_multicast_copies(tmp_path):
     loop = re.search(r"loop \S+: (\d+) instructions, (\d+) tensor-core products, (\d+) cp.async, "
                      r"(\d+) named/block barriers, (\d+) mbarrier ops", out)
     assert loop and int(loop.group(2)) >= 1 and int(loop.group(3)) == 0 and int(loop.group(4)) == 0, out
+
+
+def test_tile_store_k1_writes_q_k_v_only_through_the_copy_engine(tmp_path):
+    # The -DAXIAL_FUSED_QKV_TMA_STORE=1 experiment (session 10): K1's accumulators go to shared memory
+    # by stmatrix (STSM) and out by tensor-map stores (UTMASTG); the kernel has no global store of
+    # its own left.
+    out = _sass_loops(tmp_path, ["-DAXIAL_FUSED_QKV_TMA_STORE=1"], "--stores", "--count", r"UTMASTG|STSM",
+                      kernel="ln_qkv_sm90_st")
+    m = re.search(r"matching .*: (\d+)", out)
+    assert m and int(m.group(1)) >= 2, out
+    assert "global stores: none" in out, out

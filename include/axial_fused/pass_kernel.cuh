@@ -30,6 +30,13 @@
 #ifndef AXIAL_FUSED_QKV_TMA_MIN_D
 #define AXIAL_FUSED_QKV_TMA_MIN_D 512
 #endif
+// Kernel experiment (session 10, default off; needs AXIAL_FUSED_QKV_TMA): -DAXIAL_FUSED_QKV_TMA_STORE=1
+// stores K1's q/k/v through shared memory with tensor-map copies (store_tile_tma) instead of 16-byte
+// stores from registers, so the warps go on to the next column chunk while the copy engine writes.
+// -DAXIAL_FUSED_QKV_ST_SUB=16|32|64 forces the staging width (columns per round).
+#ifndef AXIAL_FUSED_QKV_TMA_STORE
+#define AXIAL_FUSED_QKV_TMA_STORE 0
+#endif
 #if AXIAL_FUSED_QKV_TMA
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -538,7 +545,7 @@ __global__ void __launch_bounds__(Tr::THREADS) ln_qkv_kernel(const __grid_consta
 // Hopper LN + QKV (two-kernel path, part 1, 16-bit types on sm_90a): BM tokens per block, their
 // normalised rows resident in shared memory (SW128), the QKV weight streamed through cp.async stages
 // into wgmma (wgmma.cuh). Same output as ln_qkv_kernel.
-template <class T, int D>
+template <class T, int D, bool ST = false>  // ST: the tile-store form (AXIAL_FUSED_QKV_TMA_STORE)
 struct QkvSm90 {
   static constexpr int N = 3 * D;
   // Weight-chunk depth (K columns per stage): 32 halves a stage against 64, so 128-wide chunks fit
@@ -587,13 +594,34 @@ struct QkvSm90 {
 #ifndef AXIAL_FUSED_QKV_STAGES  // kernel experiments: the deepest ring wanted (as many as fit, at least 3)
 #define AXIAL_FUSED_QKV_STAGES 4
 #endif
-  static constexpr int S_FIT = int((BUDGET - A_BYTES) / STAGE);
-  static constexpr int S = S_FIT < 3 ? 3 : S_FIT < AXIAL_FUSED_QKV_STAGES ? S_FIT : AXIAL_FUSED_QKV_STAGES;
-  static constexpr size_t SMEM = SLACK + A_BYTES + S * STAGE;
+  // The tile-store form's staging (two 64 x SUB buffers per warpgroup, 512 * SUB bytes a block):
+  // the widest SUB that leaves a 3-stage ring and keeps two blocks per SM where the ring alone would
+  // (msa: 32), else the widest that fits beside a 3-stage ring (esm: 16).
+  static constexpr bool two_fit(size_t bytes) { return 2 * (SLACK + bytes + 1024) <= 228 * 1024; }
+  static constexpr int sub_pick() {
+    const bool two = two_fit(A_BYTES + 3 * STAGE);
+    for (int sub = 64; sub >= 16; sub /= 2)
+      if (BNW % sub == 0 && (two ? two_fit(A_BYTES + 3 * STAGE + 512 * sub) : A_BYTES + 3 * STAGE + 512 * sub <= BUDGET))
+        return sub;
+    return 0;
+  }
+#ifdef AXIAL_FUSED_QKV_ST_SUB
+  static constexpr int SUB = ST ? AXIAL_FUSED_QKV_ST_SUB : 0;
+#else
+  static constexpr int SUB = ST ? sub_pick() : 0;
+#endif
+  static constexpr size_t EPI_BYTES = size_t(512) * SUB;
+  static constexpr int S_FIT = int((BUDGET - A_BYTES - EPI_BYTES) / STAGE);
+  static constexpr int S_WANT = S_FIT < 3 ? 3 : S_FIT < AXIAL_FUSED_QKV_STAGES ? S_FIT : AXIAL_FUSED_QKV_STAGES;
+  static constexpr int S = ST && !two_fit(A_BYTES + S_WANT * STAGE + EPI_BYTES) && two_fit(A_BYTES + 3 * STAGE + EPI_BYTES)
+                               ? 3
+                               : S_WANT;
+  static constexpr size_t SMEM = SLACK + A_BYTES + S * STAGE + EPI_BYTES;
   // Blocks per SM the register budget is set for (228 KB of shared memory, 1 KB reserved per block).
   static constexpr int MINB = KW == 32 && 2 * (SMEM + 1024) <= 228 * 1024 ? 2 : 1;
   static_assert(!WS || (KW == 32 && S <= 8 && (BNW == 64 || BNW == 128)), "the warp-specialized form's limits");
-  static_assert(A_BYTES + S * STAGE <= BUDGET && N % (WGN * BNW) == 0, "no Hopper QKV configuration fits");
+  static_assert(A_BYTES + S * STAGE + EPI_BYTES <= BUDGET && N % (WGN * BNW) == 0, "no Hopper QKV configuration fits");
+  static_assert(!ST || (WS && SUB >= 16 && BNW % (SUB ? SUB : 1) == 0), "the tile-store form needs the warp-specialized product");
 };
 
 // The Hopper kernels' LayerNorm tile (256 threads, 8 warps; SW128 layout, the wgmma A operand):
@@ -644,11 +672,25 @@ __device__ __forceinline__ void layernorm_sw128(const PassParams& p, T* A) {
   fence_proxy_async();
 }
 
+// K1's tile-store epilogue (QkvSm90<T, D, true>): each warpgroup stages its 64 x BNW tiles in its
+// own two buffers (after the weight ring, at `buf`) and stores them with the scratch's tensor map.
+template <class T, int SUB>
+struct QkvTileStore {
+  const void* map;
+  uint32_t buf;
+  int row0;  // the block's first token (the host keeps every token's row below 2^31)
+  template <int BNW>
+  __device__ __forceinline__ void tile(const float (&acc)[BNW / 2], int r, int c, int nc) const {
+    const int wg = threadIdx.x >> 7;
+    store_tile_tma<T, BNW, SUB>(acc, buf + wg * 2 * (64 * SUB * 2), map, c, row0 + r, nc * (BNW / SUB), 2 + wg);
+  }
+};
+
 // The body of K1 (ln_qkv_sm90_kernel); TMA: the cluster form (ln_qkv_sm90_tma_kernel),
 // `wmap` the QKV weight's tensor map.
-template <class T, int D, bool TMA>
-__device__ __forceinline__ void ln_qkv_sm90_body(const PassParams& p, const void* wmap) {
-  using C = QkvSm90<T, D>;
+template <class T, int D, bool TMA, bool ST = false>
+__device__ __forceinline__ void ln_qkv_sm90_body(const PassParams& p, const void* wmap, const void* omap = nullptr) {
+  using C = QkvSm90<T, D, ST>;
   constexpr int BM = C::BM;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   int64_t* xo = reinterpret_cast<int64_t*>(smem_raw);  // BM row offsets into x
@@ -661,7 +703,9 @@ __device__ __forceinline__ void ln_qkv_sm90_body(const PassParams& p, const void
   // stores of a uint4 assignment. Measured (session 9): msa 215 -> 174, esm 351 -> 337 us per pass.
   // Addressed from the block's first row with 32-bit offsets and checked against its row count, so
   // no store recomputes a 64-bit product and compare.
-  T* const qkv = static_cast<T*>(p.scratch) + t0 * C::N;
+  // (-DAXIAL_FUSED_DIAG_K1=8, wrong results: every block writes over one of 64 tiles, which stay in
+  // L2, so the stores cost their instructions and L2 writes without the DRAM write-back.)
+  T* const qkv = static_cast<T*>(p.scratch) + ((AXIAL_FUSED_DIAG_K1 & 8) ? int64_t(blockIdx.x & 63) * BM : t0) * C::N;
   const int rows = tokens - t0 < BM ? int(tokens - t0) : BM;
   auto store = [&](int r, int c, uint4 v) {
     if ((AXIAL_FUSED_DIAG_K1 & 2) == 0 && r < rows) st_global_16(qkv + (r * C::N + c), v);
@@ -704,7 +748,13 @@ __device__ __forceinline__ void ln_qkv_sm90_body(const PassParams& p, const void
     named_sync(1, 256);
     layernorm_sw128<T, D, BM>(p, A);
     named_sync(1, 256);  // every row normalised and fenced before either warpgroup reads A
-    wg_gemm_ws_consume<T, C::WGM, C::WGN, C::BNW, C::N, D, C::S, C::KW, TMA>(A, ws, full, empty, store);
+    if constexpr (ST) {
+      const QkvTileStore<T, C::SUB> tiles{omap, smem_u32(ws) + uint32_t(C::S * C::STAGE), int(t0)};
+      wg_gemm_ws_consume<T, C::WGM, C::WGN, C::BNW, C::N, D, C::S, C::KW, TMA>(A, ws, full, empty, tiles);
+      if ((threadIdx.x & 127) == 0) bulk_wait<0>();  // every store written before the block's memory goes
+    } else {
+      wg_gemm_ws_consume<T, C::WGM, C::WGN, C::BNW, C::N, D, C::S, C::KW, TMA>(A, ws, full, empty, store);
+    }
     if constexpr (TMA) cluster_sync();
   } else {
     __syncthreads();
@@ -743,10 +793,26 @@ __global__ void __launch_bounds__(QkvSm90<T, D>::THREADS, QkvSm90<T, D>::MINB)
 #endif
 }
 
-// The QKV weight ([rows, cols] row-major, 16-bit) as a 2-D tensor map with boxes of box_cols x
-// box_rows and the 64-byte swizzle (the stage layout wgmma reads, swz_desc<64>).
+#if AXIAL_FUSED_QKV_TMA_STORE
+// K1's tile-store form (QkvSm90<T, D, true>): `omap` the q/k/v scratch ([tokens, 3D]) with boxes of
+// SUB x 64; TMA: also in clusters with the weight's map `wmap` (else unused).
+template <class T, int D, bool TMA>
+__global__ void __launch_bounds__(QkvSm90<T, D, true>::THREADS, QkvSm90<T, D, true>::MINB)
+    ln_qkv_sm90_st_kernel(const __grid_constant__ PassParams p, const __grid_constant__ CUtensorMap wmap,
+                          const __grid_constant__ CUtensorMap omap) {
+#if AXIAL_FUSED_SM90
+  ln_qkv_sm90_body<T, D, TMA, true>(p, &wmap, &omap);
+#else
+  __trap();
+#endif
+}
+#endif
+
+// A [rows, cols] row-major 16-bit tensor as a 2-D tensor map with boxes of box_cols x box_rows and
+// the given swizzle.
 template <class T>
-inline cudaError_t encode_weight_map(CUtensorMap* map, const void* w, int rows, int cols, int box_cols, int box_rows) {
+inline cudaError_t encode_map_2d(CUtensorMap* map, const void* w, int64_t rows, int cols, int box_cols, int box_rows,
+                                 CUtensorMapSwizzle swizzle) {
   static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult found;
@@ -763,9 +829,14 @@ inline cudaError_t encode_weight_map(CUtensorMap* map, const void* w, int rows, 
   const cuuint32_t box[2] = {cuuint32_t(box_cols), cuuint32_t(box_rows)}, unit[2] = {1, 1};
   const CUresult r =
       encode(map, std::is_same<T, __half>::value ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2,
-             const_cast<void*>(w), dims, strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_64B,
+             const_cast<void*>(w), dims, strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
              CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+// The QKV weight with the 64-byte swizzle (the stage layout wgmma reads, swz_desc<64>).
+template <class T>
+inline cudaError_t encode_weight_map(CUtensorMap* map, const void* w, int rows, int cols, int box_cols, int box_rows) {
+  return encode_map_2d<T>(map, w, rows, cols, box_cols, box_rows, CU_TENSOR_MAP_SWIZZLE_64B);
 }
 #endif
 
@@ -941,6 +1012,30 @@ inline cudaError_t launch_with_smem(int64_t blocks, int threads, size_t smem, cu
   }
 }
 
+#if AXIAL_FUSED_QKV_TMA && AXIAL_FUSED_QKV_TMA_STORE
+// K1's tile-store form, where its maps encode (the scratch's rows as tensor-map coordinates below
+// 2^31); cudaErrorNotSupported: not launched, the caller runs the register-store K1.
+template <class T, int D>
+inline cudaError_t launch_k1_tile_store(const PassParams& p, int64_t tokens, cudaStream_t stream) {
+  using C = QkvSm90<T, D, true>;
+  if (tokens + C::BM >= (int64_t(1) << 31)) return cudaErrorNotSupported;
+  constexpr CUtensorMapSwizzle SW = C::SUB == 64   ? CU_TENSOR_MAP_SWIZZLE_128B
+                                    : C::SUB == 32 ? CU_TENSOR_MAP_SWIZZLE_64B
+                                                   : CU_TENSOR_MAP_SWIZZLE_32B;
+  CUtensorMap wmap = {}, omap;
+  if (encode_map_2d<T>(&omap, p.scratch, tokens, C::N, C::SUB, 64, SW) != cudaSuccess) return cudaErrorNotSupported;
+  if constexpr (C::TMA) {
+    if (encode_weight_map<T>(&wmap, p.w_qkv, C::N, D, C::KW, C::WGN * C::BNW / 2) != cudaSuccess)
+      return cudaErrorNotSupported;
+    return launch_with_smem<ln_qkv_sm90_st_kernel<T, D, true>, 2>(((tokens + C::BM - 1) / C::BM + 1) / 2 * 2, C::THREADS,
+                                                                 C::SMEM, stream, p, wmap, omap);
+  } else {
+    return launch_with_smem<ln_qkv_sm90_st_kernel<T, D, false>>((tokens + C::BM - 1) / C::BM, C::THREADS, C::SMEM, stream,
+                                                                p, wmap, omap);
+  }
+}
+#endif
+
 template <class T, int D, int HEADS>
 struct Spec {
   template <Mma M>
@@ -964,6 +1059,12 @@ struct Spec {
     if constexpr (M == Mma::Tc16) {
       if (p.arch == 90) {
         using C = QkvSm90<T, D>;
+#if AXIAL_FUSED_QKV_TMA && AXIAL_FUSED_QKV_TMA_STORE
+        e = launch_k1_tile_store<T, D>(p, tokens, stream);
+        if (e != cudaErrorNotSupported) {
+          if (e != cudaSuccess) return e;
+        } else
+#endif
 #if AXIAL_FUSED_QKV_TMA
         if constexpr (C::TMA) {
           // A driver without the encoder, or a map it refuses: the one-block kernel, same result.

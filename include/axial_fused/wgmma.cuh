@@ -411,6 +411,42 @@ __device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const void* 
 #endif
 }
 
+// Tile stores through shared memory (K1's -DAXIAL_FUSED_QKV_TMA_STORE experiment): stmatrix writes
+// four 8 x 8 16-bit matrices from mma-layout fragments (lanes 8k..8k+7 give matrix k's row
+// addresses); a tensor-map store copies a staged box to global memory in the background (bulk
+// groups: commit, then wait until their shared-memory reads, or the whole writes, are done).
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+#if AXIAL_FUSED_SM90
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1),
+               "r"(r2), "r"(r3)
+               : "memory");
+#endif
+}
+__device__ __forceinline__ void tma_store_2d(const void* map, uint32_t src, int c0, int c1) {
+#if AXIAL_FUSED_SM90
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(src), "r"(c0), "r"(c1)
+               : "memory");
+#endif
+}
+__device__ __forceinline__ void bulk_commit() {
+#if AXIAL_FUSED_SM90
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+#endif
+}
+// Waits until at most N bulk groups are pending: READ, their shared-memory reads only.
+template <int N, bool READ = false>
+__device__ __forceinline__ void bulk_wait() {
+#if AXIAL_FUSED_SM90
+  if constexpr (READ) {
+    asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+  } else {
+    asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+  }
+#endif
+}
+
 // The 8 consecutive outputs (rounded to T) of one row of 8-column block jb + t (t = lane % 4), from
 // the accumulator pairs the quad's four threads hold for blocks jb..jb+3 (h = 0: row g, 2: row g + 8):
 // a 4 x 4 transpose within the quad. Lane t holds M[t][i] (its pair of block jb + i) and wants
@@ -505,6 +541,49 @@ __device__ __forceinline__ void store_vec8(const float (&acc)[BNW / 2], int r0, 
     epi(r0 + 8, n0 + (jb + t) * 8, quad_transpose<T>(acc, jb, 2));
   }
 }
+
+// One warpgroup's 64 x BNW accumulator tile (rows row0.., columns col0.. of the tensor `map`
+// describes) stored through shared memory in rounds of 64 x SUB: stmatrix into one of two staging
+// buffers at `buf` (each 64 rows of SUB * 2 bytes, laid out as the map's SUB * 2-byte swizzle),
+// then one tensor-map store by the warpgroup's first thread, which the warps do not wait for. Round
+// i uses buffer (round0 + i) % 2; before the warpgroup barrier that ends a round, its first thread
+// waits until the previous round's store has read the other buffer, which the next round writes.
+// Rows past the tensor's end are clipped by the copy engine. `bar`: this warpgroup's named barrier.
+// Before the block exits, its first thread must wait for every store (bulk_wait<0>).
+template <class T, int BNW, int SUB>
+__device__ __forceinline__ void store_tile_tma(const float (&acc)[BNW / 2], uint32_t buf, const void* map, int col0,
+                                               int row0, int round0, int bar) {
+  static_assert(SUB == 16 || SUB == 32 || SUB == 64, "staging rows of 32, 64 or 128 bytes");
+  constexpr int ROWB = SUB * 2, BUFB = 64 * ROWB, XM = ROWB / 16 - 1;  // XM: the swizzle's row-phase mask
+  const int lane = threadIdx.x & 31, k = lane >> 3;
+  const bool leader = (threadIdx.x & 127) == 0;
+  const int row = ((threadIdx.x >> 5) & 3) * 16 + (lane & 7) + 8 * (k & 1);  // matrix k: rows 0-7 or 8-15
+#pragma unroll
+  for (int i = 0; i < BNW / SUB; ++i) {
+    const uint32_t b = buf + ((round0 + i) & 1) * BUFB;
+#pragma unroll
+    for (int q = 0; q < SUB / 16; ++q) {
+      const int j = i * (SUB / 8) + 2 * q;  // accumulator 8-column blocks j (matrices 0, 1) and j + 1 (2, 3)
+      uint32_t off = row * ROWB + (2 * q + (k >> 1)) * 16;
+      off ^= ((off >> 7) & XM) << 4;  // the copy engine's swizzle: 16-byte piece ^= 128-byte line index
+      stmatrix_x4(b + off, pack2_u32<T>(acc[4 * j], acc[4 * j + 1]), pack2_u32<T>(acc[4 * j + 2], acc[4 * j + 3]),
+                  pack2_u32<T>(acc[4 * j + 4], acc[4 * j + 5]), pack2_u32<T>(acc[4 * j + 6], acc[4 * j + 7]));
+    }
+    fence_proxy_async();  // this thread's staging writes, visible to the copy engine
+    if (leader) bulk_wait<0, true>();
+    named_sync(bar, 128);
+    if (leader) {
+      tma_store_2d(map, b, col0 + i * SUB, row0);
+      bulk_commit();
+    }
+  }
+}
+
+// Epilogues that store whole accumulator tiles (tile(acc, row, col, nc)) instead of 16-byte vectors.
+template <class E, class = void>
+struct HasTile : std::false_type {};
+template <class E>
+struct HasTile<E, std::void_t<decltype(&E::template tile<64>)>> : std::true_type {};
 
 // Y (BM x N) = A @ W^T with wgmma, for a block of WGM * WGN warpgroups (128 or 256 threads).
 //   A: BM x K, SW128 K-major in shared memory (1024-byte aligned), BM = 64 * WGM.
@@ -652,7 +731,8 @@ __device__ __forceinline__ void wg_gemm(const T* A, const T* W, T* ws, Epi&& epi
 // rows lr, lr + 8, ... of the chunk (its 16-byte piece lc), so its addresses are computed once.
 // Timing diagnostics of the warp-specialized product (-DAXIAL_FUSED_DIAG_K1=bits; WRONG RESULTS, for
 // scripts/variants.sh with TESTS="" only): 1 = the producer copies nothing (the consumers' ceiling),
-// 2 = K1 stores no q/k/v (pass_kernel.cuh), 4 = the consumers skip the per-step proxy fence.
+// 2 = K1 stores no q/k/v (pass_kernel.cuh), 4 = the consumers skip the per-step proxy fence,
+// 8 = K1's stores all land in 64 tiles' worth of scratch (L2-resident; pass_kernel.cuh).
 #ifndef AXIAL_FUSED_DIAG_K1
 #define AXIAL_FUSED_DIAG_K1 0
 #endif
@@ -748,7 +828,11 @@ __device__ __forceinline__ void wg_gemm_ws_consume(const T* A, const T* ws, uint
     wgmma_wait<0>();
     fence_regs(acc);
     if (lane == 0) ws_release<TMA>(empty + 8 * (((nc + 1) * KC - 1) % S));  // the column chunk's last stage
-    store_vec8<T, BNW>(acc, wm * 64 + warp * 16 + g, nc * CN + wn * BNW, t, epi);
+    if constexpr (HasTile<std::decay_t<Epi>>::value) {
+      epi.template tile<BNW>(acc, wm * 64, nc * CN + wn * BNW, nc);
+    } else {
+      store_vec8<T, BNW>(acc, wm * 64 + warp * 16 + g, nc * CN + wn * BNW, t, epi);
+    }
   }
 }
 
