@@ -33,7 +33,9 @@
 // Kernel experiment (session 10, default off; needs AXIAL_FUSED_QKV_TMA): -DAXIAL_FUSED_QKV_TMA_STORE=1
 // stores K1's q/k/v through shared memory with tensor-map copies (store_tile_tma) instead of 16-byte
 // stores from registers, so the warps go on to the next column chunk while the copy engine writes.
-// -DAXIAL_FUSED_QKV_ST_SUB=16|32|64 forces the staging width (columns per round).
+// -DAXIAL_FUSED_QKV_ST_SUB=16|32|64 forces the staging width (columns per round). Measured (session
+// 10): correct, but the staging takes the weight ring's fourth stage: msa 149 -> 153, esm 287 -> 427
+// us per pass (a 3-stage ring alone: 161 / 424).
 #ifndef AXIAL_FUSED_QKV_TMA_STORE
 #define AXIAL_FUSED_QKV_TMA_STORE 0
 #endif
@@ -552,9 +554,9 @@ struct QkvSm90 {
   // beside msa's A twice per SM and beside esm's 128-token A at all. Measured (session 7): msa K1
   // 255 -> 243 us per pass; esm unchanged (441). -DAXIAL_FUSED_QKV_KW=64 restores 64-deep chunks.
 #ifdef AXIAL_FUSED_QKV_KW
-  static constexpr int KW = AXIAL_FUSED_QKV_KW;
+  static constexpr int KW_BASE = AXIAL_FUSED_QKV_KW;
 #else
-  static constexpr int KW = 32;
+  static constexpr int KW_BASE = 32;
 #endif
   // Warp-specialized product (wg_gemm_ws_*): a producer warp streams the weight (32 threads more,
   // 128 bytes of mbarriers). Measured (session 8) against wg_gemm: msa 235 -> 217, esm 413 -> 352 us
@@ -562,8 +564,17 @@ struct QkvSm90 {
 #ifndef AXIAL_FUSED_QKV_WS
 #define AXIAL_FUSED_QKV_WS 1
 #endif
-  static constexpr bool WS = AXIAL_FUSED_QKV_WS && KW == 32;
+  static constexpr bool WS = AXIAL_FUSED_QKV_WS && KW_BASE == 32;
   static constexpr bool TMA = AXIAL_FUSED_QKV_TMA && WS && D >= AXIAL_FUSED_QKV_TMA_MIN_D;  // 2-block clusters (top of this file)
+  // Kernel experiment (session 10, default off): -DAXIAL_FUSED_QKV_TMA_KW=16 gives the cluster form
+  // 16-deep chunks (4 KB stages, 32-byte swizzle) and twice the stages in the same bytes, so a stage
+  // is released after one k-step and refilled sooner: more of the ring is in flight. Measured
+  // (session 10): esm K1 with a 3-stage ring instead of 4 is 287 -> 424 us per pass, so it waits on
+  // the weight stream's latency.
+#ifndef AXIAL_FUSED_QKV_TMA_KW
+#define AXIAL_FUSED_QKV_TMA_KW 32
+#endif
+  static constexpr int KW = TMA ? AXIAL_FUSED_QKV_TMA_KW : KW_BASE;
   static constexpr int THREADS = WS ? 288 : 256;
   static constexpr size_t BAR_BYTES = WS ? 16 * 8 : 0;  // full[S] and empty[S], S <= 8
   static constexpr size_t SLACK = 128 * sizeof(int64_t) + BAR_BYTES + 1024;  // row offsets, barriers, alignment
@@ -612,14 +623,16 @@ struct QkvSm90 {
 #endif
   static constexpr size_t EPI_BYTES = size_t(512) * SUB;
   static constexpr int S_FIT = int((BUDGET - A_BYTES - EPI_BYTES) / STAGE);
-  static constexpr int S_WANT = S_FIT < 3 ? 3 : S_FIT < AXIAL_FUSED_QKV_STAGES ? S_FIT : AXIAL_FUSED_QKV_STAGES;
+  static constexpr int S_CAP = KW < 32 ? AXIAL_FUSED_QKV_STAGES * 32 / KW : AXIAL_FUSED_QKV_STAGES;  // the same bytes
+  static constexpr int S_WANT = S_FIT < 3 ? 3 : S_FIT < S_CAP ? S_FIT : S_CAP;
   static constexpr int S = ST && !two_fit(A_BYTES + S_WANT * STAGE + EPI_BYTES) && two_fit(A_BYTES + 3 * STAGE + EPI_BYTES)
                                ? 3
                                : S_WANT;
   static constexpr size_t SMEM = SLACK + A_BYTES + S * STAGE + EPI_BYTES;
   // Blocks per SM the register budget is set for (228 KB of shared memory, 1 KB reserved per block).
-  static constexpr int MINB = KW == 32 && 2 * (SMEM + 1024) <= 228 * 1024 ? 2 : 1;
-  static_assert(!WS || (KW == 32 && S <= 8 && (BNW == 64 || BNW == 128)), "the warp-specialized form's limits");
+  static constexpr int MINB = KW <= 32 && 2 * (SMEM + 1024) <= 228 * 1024 ? 2 : 1;
+  static_assert(!WS || ((KW == 32 || (TMA && KW == 16)) && S <= 8 && (BNW == 64 || BNW == 128)),
+                "the warp-specialized form's limits");
   static_assert(A_BYTES + S * STAGE + EPI_BYTES <= BUDGET && N % (WGN * BNW) == 0, "no Hopper QKV configuration fits");
   static_assert(!ST || (WS && SUB >= 16 && BNW % (SUB ? SUB : 1) == 0), "the tile-store form needs the warp-specialized product");
 };
@@ -833,10 +846,12 @@ inline cudaError_t encode_map_2d(CUtensorMap* map, const void* w, int64_t rows, 
              CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
-// The QKV weight with the 64-byte swizzle (the stage layout wgmma reads, swz_desc<64>).
+// The QKV weight with the swizzle of its box rows (32 columns: 64 bytes; 16: 32), the stage layout
+// wgmma reads (swz_desc<64> or <32>).
 template <class T>
 inline cudaError_t encode_weight_map(CUtensorMap* map, const void* w, int rows, int cols, int box_cols, int box_rows) {
-  return encode_map_2d<T>(map, w, rows, cols, box_cols, box_rows, CU_TENSOR_MAP_SWIZZLE_64B);
+  return encode_map_2d<T>(map, w, rows, cols, box_cols, box_rows,
+                          box_cols == 16 ? CU_TENSOR_MAP_SWIZZLE_32B : CU_TENSOR_MAP_SWIZZLE_64B);
 }
 #endif
 
@@ -1073,7 +1088,7 @@ struct Spec {
           if (e == cudaSuccess)
             e = launch_with_smem<ln_qkv_sm90_tma_kernel<T, D>, 2>(((tokens + C::BM - 1) / C::BM + 1) / 2 * 2, C::THREADS,
                                                                C::SMEM, stream, p, wmap);
-          else
+          else if constexpr (C::KW == 32)  // (16-deep chunks, an experiment, come only from tensor-map copies)
             e = launch_with_smem<ln_qkv_sm90_kernel<T, D>>((tokens + C::BM - 1) / C::BM, C::THREADS, C::SMEM, stream, p);
         } else
 #endif

@@ -61,10 +61,12 @@ __device__ __forceinline__ int swz_row(int r) {
   static_assert(RB == 64 || RB == 128, "64- or 128-byte rows");
   return RB == 128 ? (r & 7) : ((r >> 1) & 3);
 }
+// (32-byte rows, the 32-byte swizzle, only as K-major B of one k-step: K1's -DAXIAL_FUSED_QKV_TMA_KW=16.)
 template <int RB>
 __device__ __forceinline__ uint64_t swz_desc(uint32_t addr) {
-  static_assert(RB == 64 || RB == 128, "64- or 128-byte rows");
-  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t((8 * RB) >> 4) << 32) | (uint64_t(RB == 128 ? 1 : 2) << 62);
+  static_assert(RB == 32 || RB == 64 || RB == 128, "32-, 64- or 128-byte rows");
+  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t((8 * RB) >> 4) << 32) |
+         (uint64_t(RB == 128 ? 1 : RB == 64 ? 2 : 3) << 62);
 }
 
 // Matrix descriptor for an SW128 K-major operand starting at shared address `addr` (8-row groups
@@ -808,7 +810,8 @@ __device__ __forceinline__ void ws_step(float (&acc)[BNW / 2], uint32_t a_base, 
 template <class T, int WGM, int WGN, int BNW, int N, int K, int S, int KW, bool TMA = false, class Epi>
 __device__ __forceinline__ void wg_gemm_ws_consume(const T* A, const T* ws, uint32_t full, uint32_t empty, Epi&& epi) {
   // Two warpgroups: each `empty` mbarrier expects one arrival from each of their 8 warps.
-  static_assert(WGM * WGN == 2 && (BNW == 64 || BNW == 128) && S >= 2 && KW == 32, "2 warpgroups; n64/128 tiles");
+  static_assert(WGM * WGN == 2 && (BNW == 64 || BNW == 128) && S >= 2 && (KW == 32 || (TMA && KW == 16)),
+                "2 warpgroups; n64/128 tiles; 16-deep chunks only from tensor-map copies");
   constexpr int BM = 64 * WGM, CN = WGN * BNW, KC = K / KW, RB = KW * 2;
   static_assert(N % CN == 0 && K % 64 == 0, "weight chunks must tile the weight");
   const int wg = threadIdx.x >> 7, wm = wg % WGM, wn = wg / WGM;
