@@ -28,9 +28,10 @@
 namespace axial_fused {
 
 // Development aid: with -DAXIAL_FUSED_PHASE_CLOCK (AXIAL_FUSED_NVCC_FLAGS) each warpgroup of the first
-// two blocks prints the clock cycles it spent in each phase: of the Hopper fused kernel, and of every
-// wg_gemm (the K1 product, the output projections). AXIAL_PHASE(i) adds the cycles since the last
-// call to the local counter phase_[i] (declared with phase_last_ where the counting starts).
+// two blocks prints the clock cycles it spent in each phase: of the Hopper fused kernel, of every
+// wg_gemm (the output projections; K1's product with -DAXIAL_FUSED_QKV_WS=0), and of K1's
+// warp-specialized consumers (wg_gemm_ws_consume: "k1 clocks"). AXIAL_PHASE(i) adds the cycles since
+// the last call to the local counter phase_[i] (declared with phase_last_ where the counting starts).
 #ifdef AXIAL_FUSED_PHASE_CLOCK
 #define AXIAL_PHASE(i)                 \
   do {                                 \
@@ -820,23 +821,35 @@ __device__ __forceinline__ void wg_gemm_ws_consume(const T* A, const T* ws, uint
   float acc[BNW / 2];
 #pragma unroll
   for (int i = 0; i < BNW / 2; ++i) acc[i] = 0.f;
+#ifdef AXIAL_FUSED_PHASE_CLOCK
+  long long phase_[3] = {}, phase_last_ = clock64();
+#endif
   for (int nc = 0; nc < N / CN; ++nc) {
     for (int kc = 0; kc < KC; ++kc) {
       const int it = nc * KC + kc;
       ws_step<T, BM, BNW, CN, S, KW, TMA>(acc, a_base, w_base, full, it, kc);
       wgmma_commit();
+      AXIAL_PHASE(0);
       wgmma_wait<1>();  // the products of chunk it - 1 are done: release its stage
       if (kc > 0 && lane == 0) ws_release<TMA>(empty + 8 * ((it - 1) % S));
+      AXIAL_PHASE(1);
     }
     wgmma_wait<0>();
     fence_regs(acc);
+    AXIAL_PHASE(1);
     if (lane == 0) ws_release<TMA>(empty + 8 * (((nc + 1) * KC - 1) % S));  // the column chunk's last stage
     if constexpr (HasTile<std::decay_t<Epi>>::value) {
       epi.template tile<BNW>(acc, wm * 64, nc * CN + wn * BNW, nc);
     } else {
       store_vec8<T, BNW>(acc, wm * 64 + warp * 16 + g, nc * CN + wn * BNW, t, epi);
     }
+    AXIAL_PHASE(2);
   }
+#ifdef AXIAL_FUSED_PHASE_CLOCK
+  if (blockIdx.x < 2 && (threadIdx.x & 127) == 0)
+    printf("k1 clocks N %d K %d BNW %d KW %d S %d block %d wg %d: stage-wait+issue %lld mma-wait %lld epilogue %lld\n",
+           N, K, BNW, KW, S, int(blockIdx.x), int(threadIdx.x >> 7), phase_[0], phase_[1], phase_[2]);
+#endif
 }
 
 }  // namespace axial_fused
