@@ -737,7 +737,7 @@ __device__ __forceinline__ void ln_qkv_sm90_body(const PassParams& p, const void
     if (threadIdx.x == 0) {
       for (int s = 0; s < C::S; ++s) {
         mbar_init(full + 8 * s, TMA ? 1 : 32);
-        mbar_init(empty + 8 * s, TMA ? 16 : 8);
+        mbar_init(empty + 8 * s, TMA ? 8 * kQkvCluster : 8);
       }
       if constexpr (TMA) fence_mbar_init_cluster();
     }
@@ -982,6 +982,13 @@ namespace axial_fused {
 
 // ---- host side: one specialization --------------------------------------------------------------
 
+// K1's cluster form: one block per BM tokens, rounded up to whole clusters (a block past the tokens
+// takes part in the weight copies and stores nothing).
+template <int BM>
+inline int64_t cluster_grid(int64_t tokens) {
+  return ((tokens + BM - 1) / BM + kQkvCluster - 1) / kQkvCluster * kQkvCluster;
+}
+
 // Launches Kernel with `smem` bytes of dynamic shared memory. Above 48 KB a kernel must opt in
 // (cudaFuncSetAttribute, a driver call): done once per kernel and device, to the device's limit
 // (the attribute only permits; occupancy follows each launch's own request), so the hot path makes
@@ -1040,10 +1047,10 @@ inline cudaError_t launch_k1_tile_store(const PassParams& p, int64_t tokens, cud
   CUtensorMap wmap = {}, omap;
   if (encode_map_2d<T>(&omap, p.scratch, tokens, C::N, C::SUB, 64, SW) != cudaSuccess) return cudaErrorNotSupported;
   if constexpr (C::TMA) {
-    if (encode_weight_map<T>(&wmap, p.w_qkv, C::N, D, C::KW, C::WGN * C::BNW / 2) != cudaSuccess)
+    if (encode_weight_map<T>(&wmap, p.w_qkv, C::N, D, C::KW, C::WGN * C::BNW / kQkvCluster) != cudaSuccess)
       return cudaErrorNotSupported;
-    return launch_with_smem<ln_qkv_sm90_st_kernel<T, D, true>, 2>(((tokens + C::BM - 1) / C::BM + 1) / 2 * 2, C::THREADS,
-                                                                 C::SMEM, stream, p, wmap, omap);
+    return launch_with_smem<ln_qkv_sm90_st_kernel<T, D, true>, kQkvCluster>(cluster_grid<C::BM>(tokens), C::THREADS,
+                                                                           C::SMEM, stream, p, wmap, omap);
   } else {
     return launch_with_smem<ln_qkv_sm90_st_kernel<T, D, false>>((tokens + C::BM - 1) / C::BM, C::THREADS, C::SMEM, stream,
                                                                 p, wmap, omap);
@@ -1084,10 +1091,10 @@ struct Spec {
         if constexpr (C::TMA) {
           // A driver without the encoder, or a map it refuses: the one-block kernel, same result.
           CUtensorMap wmap;
-          e = encode_weight_map<T>(&wmap, p.w_qkv, C::N, D, C::KW, C::WGN * C::BNW / 2);
+          e = encode_weight_map<T>(&wmap, p.w_qkv, C::N, D, C::KW, C::WGN * C::BNW / kQkvCluster);
           if (e == cudaSuccess)
-            e = launch_with_smem<ln_qkv_sm90_tma_kernel<T, D>, 2>(((tokens + C::BM - 1) / C::BM + 1) / 2 * 2, C::THREADS,
-                                                               C::SMEM, stream, p, wmap);
+            e = launch_with_smem<ln_qkv_sm90_tma_kernel<T, D>, kQkvCluster>(cluster_grid<C::BM>(tokens), C::THREADS,
+                                                                         C::SMEM, stream, p, wmap);
           else if constexpr (C::KW == 32)  // (16-deep chunks, an experiment, come only from tensor-map copies)
             e = launch_with_smem<ln_qkv_sm90_kernel<T, D>>((tokens + C::BM - 1) / C::BM, C::THREADS, C::SMEM, stream, p);
         } else

@@ -764,25 +764,36 @@ __device__ __forceinline__ void wg_gemm_ws_produce(const T* W, T* ws, uint32_t f
 // us per pass faster there). full[s] (1 arrival: the local producer's, expecting the whole chunk's
 // bytes, half from each block's copy); empty[s] (16 arrivals: every consumer warp of both blocks,
 // since either block's copy writes into both). `map` is the weight's tensor map (box KW x CN / 2).
+// Kernel experiment (session 10, default off, not yet run): -DAXIAL_FUSED_QKV_CLUSTER=4, clusters of
+// four blocks, each loading a quarter of every chunk into all four (L2 weight reads halved again;
+// `empty` takes 32 arrivals). In general: kQkvCluster blocks, CN / kQkvCluster rows each.
+#ifndef AXIAL_FUSED_QKV_CLUSTER
+#define AXIAL_FUSED_QKV_CLUSTER 2
+#endif
+constexpr int kQkvCluster = AXIAL_FUSED_QKV_CLUSTER;
+static_assert(kQkvCluster == 2 || kQkvCluster == 4, "K1 clusters of 2 or 4 blocks");
 template <int CN, int N, int K, int S, int KW>
 __device__ __forceinline__ void wg_gemm_tma_produce(const void* map, uint32_t ws, uint32_t full, uint32_t empty,
                                                     uint32_t rank) {
-  constexpr int KC = K / KW, ITERS = (N / CN) * KC, HALF = CN / 2;
+  constexpr int KC = K / KW, ITERS = (N / CN) * KC, PART = CN / kQkvCluster;
   constexpr uint32_t STAGE = CN * KW * 2;
   for (int it = 0; it < ITERS; ++it) {
     const int s = it % S;
-    if (it >= S) mbar_wait(empty + 8 * s, ((it / S) - 1) & 1);  // both blocks released chunk it - S
+    if (it >= S) mbar_wait(empty + 8 * s, ((it / S) - 1) & 1);  // every block released chunk it - S
     mbar_arrive_expect_tx(full + 8 * s, STAGE);
-    tma_load_2d_multicast(ws + s * STAGE + rank * (HALF * KW * 2), map, (it % KC) * KW, (it / KC) * CN + rank * HALF,
-                          full + 8 * s, 0x3);
+    tma_load_2d_multicast(ws + s * STAGE + rank * (PART * KW * 2), map, (it % KC) * KW, (it / KC) * CN + rank * PART,
+                          full + 8 * s, (1 << kQkvCluster) - 1);
   }
 }
 
-// A consumer warp's release of a stage (lane 0): this block's `empty`, and with TMA the other block's.
+// A consumer warp's release of a stage (lane 0): this block's `empty`, and with TMA the other blocks'.
 template <bool TMA>
 __device__ __forceinline__ void ws_release(uint32_t bar) {
   mbar_arrive(bar);
-  if constexpr (TMA) mbar_arrive_cluster(bar, cluster_rank() ^ 1);
+  if constexpr (TMA) {
+#pragma unroll
+    for (int r = 1; r < kQkvCluster; ++r) mbar_arrive_cluster(bar, cluster_rank() ^ r);
+  }
 }
 
 // One weight step of the consumers (chunk `it`, the kc-th of its column chunk): wait until the stage's
