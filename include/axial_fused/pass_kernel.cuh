@@ -821,11 +821,13 @@ __global__ void __launch_bounds__(QkvSm90<T, D, true>::THREADS, QkvSm90<T, D, tr
 }
 #endif
 
-// A [rows, cols] row-major 16-bit tensor as a 2-D tensor map with boxes of box_cols x box_rows and
-// the given swizzle.
-template <class T>
-inline cudaError_t encode_map_2d(CUtensorMap* map, const void* w, int64_t rows, int cols, int box_cols, int box_rows,
-                                 CUtensorMapSwizzle swizzle) {
+// A 16-bit tensor of RANK dimensions (dims innermost first, strides in bytes of dimensions 1..) as a
+// tensor map with boxes of `box` elements and the given swizzle; cudaErrorNotSupported where the
+// driver has no encoder.
+template <class T, int RANK>
+inline cudaError_t encode_map(CUtensorMap* map, const void* w, const cuuint64_t (&dims)[RANK],
+                              const cuuint64_t (&strides)[RANK - 1], const cuuint32_t (&box)[RANK],
+                              CUtensorMapSwizzle swizzle) {
   static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult found;
@@ -838,13 +840,20 @@ inline cudaError_t encode_map_2d(CUtensorMap* map, const void* w, int64_t rows, 
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
   }();
   if (encode == nullptr) return cudaErrorNotSupported;
-  const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)}, strides[1] = {cuuint64_t(cols) * sizeof(T)};
-  const cuuint32_t box[2] = {cuuint32_t(box_cols), cuuint32_t(box_rows)}, unit[2] = {1, 1};
+  cuuint32_t unit[RANK];
+  for (int d = 0; d < RANK; ++d) unit[d] = 1;
   const CUresult r =
-      encode(map, std::is_same<T, __half>::value ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2,
+      encode(map, std::is_same<T, __half>::value ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, RANK,
              const_cast<void*>(w), dims, strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
              CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+// A [rows, cols] row-major tensor with boxes of box_cols x box_rows.
+template <class T>
+inline cudaError_t encode_map_2d(CUtensorMap* map, const void* w, int64_t rows, int cols, int box_cols, int box_rows,
+                                 CUtensorMapSwizzle swizzle) {
+  return encode_map<T, 2>(map, w, {cuuint64_t(cols), cuuint64_t(rows)}, {cuuint64_t(cols) * sizeof(T)},
+                          {cuuint32_t(box_cols), cuuint32_t(box_rows)}, swizzle);
 }
 // The QKV weight with the swizzle of its box rows (32 columns: 64 bytes; 16: 32), the stage layout
 // wgmma reads (swz_desc<64> or <32>).
@@ -1110,9 +1119,21 @@ struct Spec {
     if constexpr (M == Mma::Tc16) {
       using A = AttnSm90<T, D, HEADS>;
       if constexpr (A::SERVED) {
-        if (p.arch == 90 && p.attn_sm90)
+        if (p.arch == 90 && p.attn_sm90) {
+#if AXIAL_FUSED_ATTN_TMA && AXIAL_FUSED_QKV_TMA
+          // The scratch as [sequences, L, 3D], boxes of one head's columns x 64 rows (the experiment's
+          // key/value tiles; a driver without the encoder runs the cp.async kernel).
+          CUtensorMap kv;
+          if (encode_map<T, 3>(&kv, p.scratch, {cuuint64_t(3 * D), cuuint64_t(p.len), cuuint64_t(p.num_seq)},
+                               {cuuint64_t(3 * D) * sizeof(T), cuuint64_t(p.len) * 3 * D * sizeof(T)},
+                               {cuuint32_t(A::HD), 64, 1},
+                               A::RB == 64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B) == cudaSuccess)
+            return launch_with_smem<attn_sm90_tma_kernel<T, D, HEADS>>(p.num_seq * ((p.len + A::BM - 1) / A::BM), 256,
+                                                                       A::SMEM, stream, p, kv);
+#endif
           return launch_with_smem<attn_sm90_kernel<T, D, HEADS>>(p.num_seq * ((p.len + A::BM - 1) / A::BM), 256, A::SMEM,
                                                                  stream, p);
+        }
       }
     }
     const int64_t blocks = p.num_seq * ((p.len + Tr::BM - 1) / Tr::BM);
