@@ -181,6 +181,7 @@ __device__ __forceinline__ void cp_async_wait_upto(int n) {
 // scratch as [sequences, L, 3D] with boxes of HD x 64 x 1 (rows past a sequence's end read as zeros).
 template <class T, int D, int HEADS, bool TMA>
 __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* kvmap) {
+#if AXIAL_FUSED_SM90  // (sm_90a device code only, as the kernels' bodies: the host pass never sees it)
   using C = AttnSm90<T, D, HEADS>;
   static_assert(C::SERVED, "attn_sm90_kernel instantiated for a configuration it does not serve");
   static_assert(!TMA || C::TMA, "the tensor-map form needs the layout with its mbarriers");
@@ -465,6 +466,7 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
            "drain+o %lld sync %lld\n", L, int(blockIdx.x), wg, phase_[0], phase_[1], phase_[2], phase_[3], phase_[4],
            phase_[5], phase_[6]);
 #endif
+#endif  // AXIAL_FUSED_SM90
 }
 
 template <class T, int D, int HEADS>
