@@ -3,8 +3,8 @@
 and on wg_gemm (-DAXIAL_FUSED_QKV_WS=0), checks what the warp specialization is for: its consumers'
 main loop issues the same tensor-core products with no cp.async and no block barrier; that K1's q/k/v
 and the attention kernel's outputs are stored with STG.E.128 only; that K1's cluster form loads
-the weight by multicast tensor-map copies; and that the tile-store experiment writes q/k/v only
-through stmatrix and tensor-map stores."""
+the weight by multicast tensor-map copies; that the tile-store experiment writes q/k/v only
+through stmatrix and tensor-map stores; and that esm's K1 (D = 768) takes part of A from registers."""
 from __future__ import annotations
 
 import os
@@ -27,14 +27,15 @@ def _nvcc() -> str | None:
     return shutil.which("nvcc")
 
 
-def _sass_loops(tmp_path: Path, flags: list[str], *extra: str, kernel: str = "ln_qkv_sm90") -> str:
-    """scripts/sass_loops.py's report on `kernel` (default K1) compiled for sm_90a with `flags`."""
+def _sass_loops(tmp_path: Path, flags: list[str], *extra: str, kernel: str = "ln_qkv_sm90",
+                source: Path = KERNEL) -> str:
+    """scripts/sass_loops.py's report on `kernel` (default K1) of `source` compiled for sm_90a with `flags`."""
     nvcc = _nvcc()
-    if nvcc is None or not KERNEL.exists():
+    if nvcc is None or not source.exists():
         pytest.skip("needs nvcc and the generated kernel files")
     cubin = tmp_path / ("k" + "".join(f.split("=")[0][-4:] for f in flags) + ".cubin")
     subprocess.run([nvcc, "-std=c++17", "-O3", f"-I{ROOT / 'include'}", "-arch=sm_90a", "-cubin", *flags,
-                    "-o", str(cubin), str(KERNEL)], check=True, capture_output=True)
+                    "-o", str(cubin), str(source)], check=True, capture_output=True)
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "sass_loops.py"), str(cubin), kernel, *extra],
                          capture_output=True, text=True)
     if out.returncode != 0 and "no nvdisasm" in out.stderr + out.stdout:
@@ -110,3 +111,14 @@ def test_tile_store_k1_writes_q_k_v_only_through_the_copy_engine(tmp_path):
     m = re.search(r"matching .*: (\d+)", out)
     assert m and int(m.group(1)) >= 2, out
     assert "global stores: none" in out, out
+
+
+def test_esm_k1_takes_a_quarter_of_a_from_registers(tmp_path):
+    # Session 11's register A (docs/performance.md): at D = 768 K1's cluster form keeps A's first four
+    # 64-column panels in registers, so 16 of each column chunk's 48 k-steps are register-A products
+    # (HGMMA with a register operand before the weight's descriptor), the rest read A from shared
+    # memory. -DAXIAL_FUSED_QKV_RS=0 (the old form) has none.
+    out = _sass_loops(tmp_path, [], "--count", r"HGMMA\.64x128x16\S* R\d+, R\d+, gdesc", kernel="ln_qkv_sm90_tma",
+                      source=ROOT / "kernels" / "axial_bf16_d768_h12.cu")
+    m = re.search(r"matching .*: (\d+)", out)
+    assert m and int(m.group(1)) == 16, out

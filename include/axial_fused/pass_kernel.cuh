@@ -576,7 +576,18 @@ struct QkvSm90 {
 #endif
   static constexpr int KW = TMA ? AXIAL_FUSED_QKV_TMA_KW : KW_BASE;
   static constexpr int THREADS = WS ? 288 : 256;
-  static constexpr size_t BAR_BYTES = WS ? 16 * 8 : 0;  // full[S] and empty[S], S <= 8
+  // Register A (session 11; RS below): where the cluster form's weight ring is held to a few stages by
+  // A's size, its consumers keep the first AXIAL_FUSED_QKV_RS 64-column panels of their A rows in
+  // registers (wgmma's register-A form) and the ring grows over those panels of A once they have
+  // loaded them. Kernel experiments: -DAXIAL_FUSED_QKV_RS=0 (off) or another panel count.
+#ifndef AXIAL_FUSED_QKV_RS
+#define AXIAL_FUSED_QKV_RS 4
+#endif
+  // (Decided before the budget below, which depends on it through the barriers: a 128-token A that
+  // leaves room for fewer than five 8 KB stages but at least three.)
+  static constexpr bool RS_MAY = AXIAL_FUSED_QKV_RS && TMA && !ST && size_t(256) * D + 5 * 8192 > 227 * 1024 &&
+                                 size_t(256) * D + 3 * 8192 + 4096 <= 227 * 1024;
+  static constexpr size_t BAR_BYTES = WS ? (RS_MAY ? 32 : 16) * 8 : 0;  // full[SB] and empty[SB], SB <= 8 (16 with RS)
   static constexpr size_t SLACK = 128 * sizeof(int64_t) + BAR_BYTES + 1024;  // row offsets, barriers, alignment
   static constexpr size_t BUDGET = 227 * 1024 - SLACK;           // one block's opt-in limit
   static constexpr int WGM = size_t(128) * D * 2 + 3 * 8192 <= BUDGET ? 2 : 1;  // 128 or 64 tokens per block
@@ -629,6 +640,22 @@ struct QkvSm90 {
                                ? 3
                                : S_WANT;
   static constexpr size_t SMEM = SLACK + A_BYTES + S * STAGE + EPI_BYTES;
+  // RS: esm's K1 waited on its weight stream's latency with a 32 KB ring (4 stages beside 192 KB of
+  // A; measured in session 10: a 3-stage ring 137 us per pass slower; session 11: 16-deep chunks in
+  // the same bytes 285 -> 316, clusters of 4 -> 421). With RS each consumer thread loads its rows'
+  // first 64n columns of A as wgmma A fragments (KR = 4n k-steps, 16n registers) once LayerNorm is
+  // done, and the ring (stages 0 .. S - 1 first, then SB - S more over A's first n panels, which the
+  // layout puts right after the ring) has SB stages. Measured at esm (session 11), us per K1 pass:
+  // n = 0 (4 stages) 285, n = 3 (10 stages) 234, n = 4 (12 stages, 96 KB in flight) 211. The
+  // register budget (168 a thread: ptxas allots whole warpgroups, 384 threads' worth) bounds n: 5
+  // spills and serialises the wgmmas. Only where the ring is held by A's size (S_FIT <= S_CAP: esm's
+  // D = 768; not D = 512, whose ring could grow without it).
+  static constexpr int RS_PANELS = AXIAL_FUSED_QKV_RS;  // 64-column panels of A held in registers
+  static constexpr size_t RS_BYTES = size_t(BM) * 128 * RS_PANELS;
+  static constexpr bool RS = RS_MAY && WGM == 2 && S_FIT <= S_CAP && RS_PANELS * 64 < D && RS_BYTES % STAGE == 0 &&
+                             S + RS_BYTES / STAGE <= 16;
+  static constexpr int KR = RS ? 4 * RS_PANELS : 0;
+  static constexpr int SB = RS ? S + int(RS_BYTES / STAGE) : S;
   // Blocks per SM the register budget is set for (228 KB of shared memory, 1 KB reserved per block).
   static constexpr int MINB = KW <= 32 && 2 * (SMEM + 1024) <= 228 * 1024 ? 2 : 1;
   static_assert(!WS || ((KW == 32 || (TMA && KW == 16)) && S <= 8 && (BNW == 64 || BNW == 128)),
@@ -709,8 +736,10 @@ __device__ __forceinline__ void ln_qkv_sm90_body(const PassParams& p, const void
   int64_t* xo = reinterpret_cast<int64_t*>(smem_raw);  // BM row offsets into x
   unsigned char* base = smem_raw + BM * sizeof(int64_t) + C::BAR_BYTES;
   base += (1024 - (smem_u32(base) & 1023)) & 1023;
-  T* A = reinterpret_cast<T*>(base);
-  T* ws = reinterpret_cast<T*>(base + C::A_BYTES);
+  // A then the ring; with C::RS the ring's first S stages, then A (whose first half becomes stages
+  // S .. SB - 1 once the consumers hold it in registers).
+  T* A = reinterpret_cast<T*>(base + (C::RS ? C::S * C::STAGE : 0));
+  T* ws = reinterpret_cast<T*>(base + (C::RS ? 0 : C::A_BYTES));
   const int64_t L = p.len, tokens = p.num_seq * L, t0 = int64_t(blockIdx.x) * BM;
   // Each 16-byte vector goes out as one STG.E.128 (st_global_16): the compiler made four 32-bit
   // stores of a uint4 assignment. Measured (session 9): msa 215 -> 174, esm 351 -> 337 us per pass.
@@ -733,9 +762,9 @@ __device__ __forceinline__ void ln_qkv_sm90_body(const PassParams& p, const void
     // arrival per consumer warp of both blocks, and every thread of the cluster syncs after the inits
     // (before any remote arrival or multicast) and before leaving (while the other block may still
     // arrive on this one's barriers).
-    const uint32_t full = smem_u32(smem_raw + BM * sizeof(int64_t)), empty = full + 8 * C::S;
+    const uint32_t full = smem_u32(smem_raw + BM * sizeof(int64_t)), empty = full + 8 * C::SB;
     if (threadIdx.x == 0) {
-      for (int s = 0; s < C::S; ++s) {
+      for (int s = 0; s < C::SB; ++s) {
         mbar_init(full + 8 * s, TMA ? 1 : 32);
         mbar_init(empty + 8 * s, TMA ? 8 * kQkvCluster : 8);
       }
@@ -749,7 +778,8 @@ __device__ __forceinline__ void ln_qkv_sm90_body(const PassParams& p, const void
     if (threadIdx.x >= 256) {
       if constexpr (TMA) {
         if (threadIdx.x == 256)
-          wg_gemm_tma_produce<C::WGN * C::BNW, C::N, D, C::S, C::KW>(wmap, smem_u32(ws), full, empty, cluster_rank());
+          wg_gemm_tma_produce<C::WGN * C::BNW, C::N, D, C::SB, C::KW, C::S>(wmap, smem_u32(ws), full, empty,
+                                                                            cluster_rank());
         cluster_sync();
       } else {
         wg_gemm_ws_produce<T, C::WGN * C::BNW, C::N, D, C::S, C::KW>(static_cast<const T*>(p.w_qkv), ws, full, empty);
@@ -766,7 +796,8 @@ __device__ __forceinline__ void ln_qkv_sm90_body(const PassParams& p, const void
       wg_gemm_ws_consume<T, C::WGM, C::WGN, C::BNW, C::N, D, C::S, C::KW, TMA>(A, ws, full, empty, tiles);
       if ((threadIdx.x & 127) == 0) bulk_wait<0>();  // every store written before the block's memory goes
     } else {
-      wg_gemm_ws_consume<T, C::WGM, C::WGN, C::BNW, C::N, D, C::S, C::KW, TMA>(A, ws, full, empty, store);
+      wg_gemm_ws_consume<T, C::WGM, C::WGN, C::BNW, C::N, D, C::SB, C::KW, TMA, C::KR, C::S>(A, ws, full, empty,
+                                                                                            store);
     }
     if constexpr (TMA) cluster_sync();
   } else {

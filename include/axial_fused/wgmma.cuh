@@ -783,14 +783,20 @@ __device__ __forceinline__ void wg_gemm_ws_produce(const T* W, T* ws, uint32_t f
 #endif
 constexpr int kQkvCluster = AXIAL_FUSED_QKV_CLUSTER;
 static_assert(kQkvCluster == 2 || kQkvCluster == 4, "K1 clusters of 2 or 4 blocks");
-template <int CN, int N, int K, int S, int KW>
+// Stages S0 .. S - 1 (K1's -DAXIAL_FUSED_QKV_RS experiment) are not free at the start: their first
+// fill waits for one release more (the consumers', once they no longer read that memory).
+template <int CN, int N, int K, int S, int KW, int S0 = S>
 __device__ __forceinline__ void wg_gemm_tma_produce(const void* map, uint32_t ws, uint32_t full, uint32_t empty,
                                                     uint32_t rank) {
   constexpr int KC = K / KW, ITERS = (N / CN) * KC, PART = CN / kQkvCluster;
   constexpr uint32_t STAGE = CN * KW * 2;
   for (int it = 0; it < ITERS; ++it) {
     const int s = it % S;
-    if (it >= S) mbar_wait(empty + 8 * s, ((it / S) - 1) & 1);  // every block released chunk it - S
+    if (S0 < S && s >= S0) {
+      mbar_wait(empty + 8 * s, (it / S) & 1);  // the memory is free (round 0) or chunk it - S released
+    } else if (it >= S) {
+      mbar_wait(empty + 8 * s, ((it / S) - 1) & 1);  // every block released chunk it - S
+    }
     mbar_arrive_expect_tx(full + 8 * s, STAGE);
     tma_load_2d_multicast(ws + s * STAGE + rank * (PART * KW * 2), map, (it % KC) * KW, (it / KC) * CN + rank * PART,
                           full + 8 * s, (1 << kQkvCluster) - 1);
@@ -830,7 +836,12 @@ __device__ __forceinline__ void ws_step(float (&acc)[BNW / 2], uint32_t a_base, 
 // Consumers: the WGM x WGN = 2 warpgroups (threads 0 .. 255) over A, as wg_gemm; A must be written and
 // fenced, and visible to both, before the call.
 // With TMA (K1's cluster form) each release also goes to the other block's `empty`.
-template <class T, int WGM, int WGN, int BNW, int N, int K, int S, int KW, bool TMA = false, class Epi>
+// KR > 0 (K1's -DAXIAL_FUSED_QKV_RS experiment): each thread first loads its rows' A fragments of
+// k-steps 0 .. KR - 1 into registers (wgmma's register-A form takes them from there), then releases
+// stages S0 .. S - 1, which lie over that part of A; the k loop is unrolled so the fragments stay
+// in registers.
+template <class T, int WGM, int WGN, int BNW, int N, int K, int S, int KW, bool TMA = false, int KR = 0, int S0 = S,
+          class Epi>
 __device__ __forceinline__ void wg_gemm_ws_consume(const T* A, const T* ws, uint32_t full, uint32_t empty, Epi&& epi) {
   // Two warpgroups: each `empty` mbarrier expects one arrival from each of their 8 warps.
   static_assert(WGM * WGN == 2 && (BNW == 64 || BNW == 128) && S >= 2 && (KW == 32 || (TMA && KW == 16)),
@@ -843,18 +854,53 @@ __device__ __forceinline__ void wg_gemm_ws_consume(const T* A, const T* ws, uint
   float acc[BNW / 2];
 #pragma unroll
   for (int i = 0; i < BNW / 2; ++i) acc[i] = 0.f;
+  static_assert(KR == 0 || (KR % (KW / 16) == 0 && KR * 16 < K && S0 < S), "register A: whole chunks, some in smem");
+  uint32_t af[KR > 0 ? KR : 1][4];
+  if constexpr (KR > 0) {
+    const int r = wm * 64 + warp * 16 + g;
+#pragma unroll
+    for (int ks = 0; ks < KR; ++ks) {
+      const int k = ks * 16 + 2 * t;
+      af[ks][0] = *reinterpret_cast<const uint32_t*>(A + sw128_index<BM>(r, k));
+      af[ks][1] = *reinterpret_cast<const uint32_t*>(A + sw128_index<BM>(r + 8, k));
+      af[ks][2] = *reinterpret_cast<const uint32_t*>(A + sw128_index<BM>(r, k + 8));
+      af[ks][3] = *reinterpret_cast<const uint32_t*>(A + sw128_index<BM>(r + 8, k + 8));
+    }
+    fence_proxy_async();  // these reads before the copy engine's writes into the same bytes
+    __syncwarp();
+    if (lane == 0)
+      for (int s = S0; s < S; ++s) ws_release<TMA>(empty + 8 * s);
+  }
 #ifdef AXIAL_FUSED_PHASE_CLOCK
   long long phase_[3] = {}, phase_last_ = clock64();
 #endif
-  for (int nc = 0; nc < N / CN; ++nc) {
-    for (int kc = 0; kc < KC; ++kc) {
-      const int it = nc * KC + kc;
+  // One weight chunk: wait for it, issue its products (register A for k-steps below KR), commit, and
+  // release the chunk before it once its products are done.
+  auto step = [&](int nc, int kc) {
+    const int it = nc * KC + kc;
+    if (KR > 0 && kc * (KW / 16) < KR) {
+      const int s = it % S;
+      mbar_wait(full + 8 * s, (it / S) & 1);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < KW / 16; ++kk)
+        WgmmaRS<T, BNW>::mma(acc, af[kc * (KW / 16) + kk], swz_desc<RB>(w_base + s * CN * RB + kk * 32),
+                             kc > 0 || kk > 0);
+    } else {
       ws_step<T, BM, BNW, CN, S, KW, TMA>(acc, a_base, w_base, full, it, kc);
-      wgmma_commit();
-      AXIAL_PHASE(0);
-      wgmma_wait<1>();  // the products of chunk it - 1 are done: release its stage
-      if (kc > 0 && lane == 0) ws_release<TMA>(empty + 8 * ((it - 1) % S));
-      AXIAL_PHASE(1);
+    }
+    wgmma_commit();
+    AXIAL_PHASE(0);
+    wgmma_wait<1>();  // the products of chunk it - 1 are done: release its stage
+    if (kc > 0 && lane == 0) ws_release<TMA>(empty + 8 * ((it - 1) % S));
+    AXIAL_PHASE(1);
+  };
+  for (int nc = 0; nc < N / CN; ++nc) {
+    if constexpr (KR > 0) {
+#pragma unroll
+      for (int kc = 0; kc < KC; ++kc) step(nc, kc);
+    } else {
+      for (int kc = 0; kc < KC; ++kc) step(nc, kc);
     }
     wgmma_wait<0>();
     fence_regs(acc);
