@@ -19,9 +19,6 @@
 #include <type_traits>
 
 #include "axial_fused/wgmma.cuh"
-#if AXIAL_FUSED_ATTN_TMA
-#include <cuda.h>  // CUtensorMap (the -DAXIAL_FUSED_ATTN_TMA=1 experiment)
-#endif
 
 namespace axial_fused {
 
@@ -73,18 +70,10 @@ struct AttnSm90 {
   static constexpr size_t Q_BYTES = size_t(BM) * RB;            // one head's queries
   static constexpr size_t STAGE = 2ull * BN * RB;               // one key tile: k rows, then v rows
   // Per warpgroup: two query buffers (this head's, the next one's) and SW ring stages.
-  // Kernel experiment (session 10, default off, not yet run): -DAXIAL_FUSED_ATTN_TMA=1 loads the key
-  // and value tiles with tensor-map copies issued by one thread of each warpgroup (FlashAttention-3's
-  // loads without its producer warp): per stage a `full` mbarrier (the copy's bytes) and an `empty`
-  // one (one arrival per warp once the tile's last P V is done), so a tile costs the consumers one
-  // mbarrier wait instead of a cp.async wait and a warpgroup barrier, and no copy instructions. The
-  // queries stay on cp.async, one head ahead, behind one warpgroup barrier per head.
-#ifndef AXIAL_FUSED_ATTN_TMA
-#define AXIAL_FUSED_ATTN_TMA 0
-#endif
-  static constexpr bool TMA = AXIAL_FUSED_ATTN_TMA;
-  static constexpr size_t BARS = TMA ? 2 * 2 * 4 * 8 : 0;  // [wg][full, empty][SW <= 4] mbarriers
-  static constexpr size_t FIXED = 1024 + OFFS + BARS + O_BYTES + 2 * 2 * Q_BYTES;
+  // (Session 10 wrote, session 11 measured and removed, the key/value tiles by tensor-map copies with
+  // full / empty mbarriers, -DAXIAL_FUSED_ATTN_TMA=1: msa -5 / -9, esm +55 / +22 us per pass, and two
+  // float64 tests failed; docs/performance.md, session 11. It is in the history at commit e5eeb9b.)
+  static constexpr size_t FIXED = 1024 + OFFS + O_BYTES + 2 * 2 * Q_BYTES;
   static constexpr int MINB = WANT2 && FIXED + 2 * 2 * STAGE <= 113 * 1024 ? 2 : 1;
   static constexpr size_t SMEM_MAX = MINB == 2 ? 113 * 1024 : 227 * 1024;  // per block
   static constexpr int SW_FIT = FIXED < SMEM_MAX ? int((SMEM_MAX - FIXED) / (2 * STAGE)) : 0;
@@ -177,14 +166,12 @@ __device__ __forceinline__ void cp_async_wait_upto(int n) {
   else cp_async_wait<3>();
 }
 
-// The kernel's body; TMA (AttnSm90::TMA): key/value tiles by tensor-map copies from `kvmap`, the
-// scratch as [sequences, L, 3D] with boxes of HD x 64 x 1 (rows past a sequence's end read as zeros).
-template <class T, int D, int HEADS, bool TMA>
-__device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* kvmap) {
+// The kernel's body.
+template <class T, int D, int HEADS>
+__device__ __forceinline__ void attn_sm90_body(const PassParams& p) {
 #if AXIAL_FUSED_SM90  // (sm_90a device code only, as the kernels' bodies: the host pass never sees it)
   using C = AttnSm90<T, D, HEADS>;
   static_assert(C::SERVED, "attn_sm90_kernel instantiated for a configuration it does not serve");
-  static_assert(!TMA || C::TMA, "the tensor-map form needs the layout with its mbarriers");
   constexpr int BM = C::BM, MT = C::MT, BN = C::BN, HD = C::HD, RB = C::RB, SW = C::SW, CH = RB / 16;
 #ifdef AXIAL_FUSED_PHASE_CLOCK
   long long phase_[7] = {}, phase_last_ = clock64();
@@ -192,8 +179,7 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   int64_t* xo = reinterpret_cast<int64_t*>(smem_raw);  // BM row offsets into x (-1: past the end)
   int64_t* oo = xo + BM;                               // ... into out
-  const uint32_t bars = smem_u32(smem_raw + C::OFFS);  // TMA: full[SW] then empty[SW] per warpgroup (32 bytes each)
-  unsigned char* base = smem_raw + C::OFFS + C::BARS;
+  unsigned char* base = smem_raw + C::OFFS;
   base += (1024 - (smem_u32(base) & 1023)) & 1023;
   T* O = reinterpret_cast<T*>(base);
   unsigned char* qbuf = base + C::O_BYTES;                   // [wg][2] query buffers
@@ -251,38 +237,7 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
     }
     cp_async_commit();  // possibly empty: one group per chunk
   };
-  // TMA: this warpgroup's mbarriers; chunk j's key/value tiles requested by its thread 0 once every
-  // warp released the chunk that last used the stage (j - SW).
-  const uint32_t full = bars + wg * 64, empty = full + 32;
-  auto load_kv = [&](int j) {
-    if (j < nj) {
-      const int i = j / nkt, n = j % nkt, kt = n == 0 ? nkt - 1 : n - 1, h = 2 * i + wg, st = j % SW;
-      if (j >= SW) mbar_wait(empty + 8 * st, ((j / SW) - 1) & 1);
-      mbar_arrive_expect_tx(full + 8 * st, uint32_t(C::STAGE));
-      const uint32_t dst = r_base + st * C::STAGE;
-#pragma unroll
-      for (int b = 0; b < BN / 64; ++b) {
-        tma_load_3d(dst + b * 64 * RB, kvmap, D + h * HD, kt * BN + b * 64, int(s), full + 8 * st);
-        tma_load_3d(dst + BN * RB + b * 64 * RB, kvmap, 2 * D + h * HD, kt * BN + b * 64, int(s), full + 8 * st);
-      }
-    }
-  };
-  if constexpr (TMA) {
-    if (wtid == 0) {
-      for (int k = 0; k < SW; ++k) {
-        mbar_init(full + 8 * k, 1);
-        mbar_init(empty + 8 * k, 4);
-      }
-      fence_mbar_init_cluster();
-    }
-    copy_rows(q_base, q0, QRows{}, wg * HD);  // head 0's queries (heads 2 i + wg); the next head's at each head start
-    cp_async_commit();
-    warpgroup_sync(wg);  // the barriers initialised
-    if (wtid == 0)
-      for (int j = 0; j < la; ++j) load_kv(j);
-  } else {
-    for (int j = 0; j < la; ++j) load(j);
-  }
+  for (int j = 0; j < la; ++j) load(j);
 
   // Ping-pong: warpgroup w issues its products after barrier 3 + w, then lets the other one issue
   // (arrive at 3 + (1 - w)); warpgroup 1 starts by letting warpgroup 0 go first, so its very last
@@ -296,13 +251,6 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
   for (int i = 0; i < nh; ++i) {
     const int h = 2 * i + wg;
     const uint32_t qb = q_base + (i & 1) * C::Q_BYTES;
-    if constexpr (TMA) {  // this head's queries have landed; every warp is done with head i - 1's buffer
-      cp_async_wait<0>();
-      fence_proxy_async();
-      warpgroup_sync(wg);
-      if (i + 1 < nh) copy_rows(q_base + ((i + 1) & 1) * C::Q_BYTES, q0, QRows{}, (h + 2) * HD);
-      cp_async_commit();
-    }
     float o[MT][HD / 2], m_run[MT][2], l_run[MT][2];
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
@@ -322,10 +270,7 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
     // Waits for the head's n-th chunk, requests the one la ahead; returns the tile's k address.
     auto tile_start = [&](int n) {
       const int j = i * nkt + n;
-      if constexpr (TMA) {
-        if (wtid == 0) load_kv(j + la);  // (la = 0: chunk j itself, into chunk j - 2's stage)
-        mbar_wait(full + 8 * (j % SW), (j / SW) & 1);
-      } else if (la == 0) {  // no room to run ahead (SW = 2): load the chunk now, into chunk j - 2's stage
+      if (la == 0) {  // no room to run ahead (SW = 2): load the chunk now, into chunk j - 2's stage
         warpgroup_sync(wg);
         load(j);
         cp_async_wait<0>();
@@ -380,11 +325,6 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
         keep_regs(p_buf[PREV]);
 #pragma unroll
         for (int mm = 0; mm < MT; ++mm) fence_regs(o[mm]);
-        // TMA: the previous chunk's last P V is done in this warp (M = 0, not the head's first unit:
-        // this is chunk n = kt + 1, the previous unit was chunk n - 1's last): release its stage.
-        if constexpr (TMA && M == 0) {
-          if (lane == 0) mbar_arrive(empty + 8 * ((i * nkt + kt) % SW));
-        }
       }
 #pragma unroll
       for (int jb = 0; jb < HD / 8; ++jb) {
@@ -420,9 +360,6 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
     wgmma_commit();
     wgmma_wait<0>();
     keep_regs(p_buf[1]);
-    if constexpr (TMA) {
-      if (lane == 0) mbar_arrive(empty + 8 * ((i * nkt + nkt - 1) % SW));  // the head's last chunk
-    }
 #pragma unroll
     for (int mm = 0; mm < MT; ++mm) fence_regs(o[mm]);
     // O_h / rowsum into head h's columns of the output tile.
@@ -472,23 +409,11 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
 template <class T, int D, int HEADS>
 __global__ void __launch_bounds__(256, AttnSm90<T, D, HEADS>::MINB) attn_sm90_kernel(const __grid_constant__ PassParams p) {
 #if AXIAL_FUSED_SM90
-  attn_sm90_body<T, D, HEADS, false>(p, nullptr);
+  attn_sm90_body<T, D, HEADS>(p);
 #else
   __trap();
 #endif
 }
 
-#if AXIAL_FUSED_ATTN_TMA
-// The key/value tiles by tensor-map copies (AttnSm90::TMA); `kvmap` as attn_sm90_body says.
-template <class T, int D, int HEADS>
-__global__ void __launch_bounds__(256, AttnSm90<T, D, HEADS>::MINB)
-    attn_sm90_tma_kernel(const __grid_constant__ PassParams p, const __grid_constant__ CUtensorMap kvmap) {
-#if AXIAL_FUSED_SM90
-  attn_sm90_body<T, D, HEADS, true>(p, &kvmap);
-#else
-  __trap();
-#endif
-}
-#endif
 
 }  // namespace axial_fused

@@ -30,6 +30,9 @@
 #ifndef AXIAL_FUSED_QKV_TMA_MIN_D
 #define AXIAL_FUSED_QKV_TMA_MIN_D 512
 #endif
+#ifndef AXIAL_FUSED_K1_NO_MAP
+#define AXIAL_FUSED_K1_NO_MAP 0
+#endif
 // Kernel experiment (session 10, default off; needs AXIAL_FUSED_QKV_TMA): -DAXIAL_FUSED_QKV_TMA_STORE=1
 // stores K1's q/k/v through shared memory with tensor-map copies (store_tile_tma) instead of 16-byte
 // stores from registers, so the warps go on to the next column chunk while the copy engine writes.
@@ -575,7 +578,6 @@ struct QkvSm90 {
 #define AXIAL_FUSED_QKV_TMA_KW 32
 #endif
   static constexpr int KW = TMA ? AXIAL_FUSED_QKV_TMA_KW : KW_BASE;
-  static constexpr int THREADS = WS ? 288 : 256;
   // Register A (session 11; RS below): where the cluster form's weight ring is held to a few stages by
   // A's size, its consumers keep the first AXIAL_FUSED_QKV_RS 64-column panels of their A rows in
   // registers (wgmma's register-A form) and the ring grows over those panels of A once they have
@@ -588,6 +590,16 @@ struct QkvSm90 {
   static constexpr bool RS_MAY = AXIAL_FUSED_QKV_RS && TMA && !ST && size_t(256) * D + 5 * 8192 > 227 * 1024 &&
                                  size_t(256) * D + 3 * 8192 + 4096 <= 227 * 1024;
   static constexpr size_t BAR_BYTES = WS ? (RS_MAY ? 32 : 16) * 8 : 0;  // full[SB] and empty[SB], SB <= 8 (16 with RS)
+  // Kernel experiment (session 11, default off, not yet run): -DAXIAL_FUSED_QKV_WIDE=1 (with RS) gives
+  // the producer a whole warpgroup (384 threads; one thread still issues the copies) so registers
+  // can move between them with setmaxnreg: the producer warpgroup down to 40 a thread, the
+  // consumers up to 232 (FlashAttention-3's split), room for 6 panels of A in registers
+  // (-DAXIAL_FUSED_QKV_RS=6: 16 stages).
+#ifndef AXIAL_FUSED_QKV_WIDE
+#define AXIAL_FUSED_QKV_WIDE 0
+#endif
+  static constexpr bool WIDE = AXIAL_FUSED_QKV_WIDE && RS_MAY;
+  static constexpr int THREADS = WIDE ? 384 : WS ? 288 : 256;
   static constexpr size_t SLACK = 128 * sizeof(int64_t) + BAR_BYTES + 1024;  // row offsets, barriers, alignment
   static constexpr size_t BUDGET = 227 * 1024 - SLACK;           // one block's opt-in limit
   static constexpr int WGM = size_t(128) * D * 2 + 3 * 8192 <= BUDGET ? 2 : 1;  // 128 or 64 tokens per block
@@ -736,10 +748,15 @@ __device__ __forceinline__ void ln_qkv_sm90_body(const PassParams& p, const void
   int64_t* xo = reinterpret_cast<int64_t*>(smem_raw);  // BM row offsets into x
   unsigned char* base = smem_raw + BM * sizeof(int64_t) + C::BAR_BYTES;
   base += (1024 - (smem_u32(base) & 1023)) & 1023;
-  // A then the ring; with C::RS the ring's first S stages, then A (whose first half becomes stages
-  // S .. SB - 1 once the consumers hold it in registers).
-  T* A = reinterpret_cast<T*>(base + (C::RS ? C::S * C::STAGE : 0));
-  T* ws = reinterpret_cast<T*>(base + (C::RS ? 0 : C::A_BYTES));
+  // Register A (C::RS) only in the cluster form: the one-block kernel of the same specialization (the
+  // fallback where no tensor map can be encoded) keeps the plain ring, its cp.async producer knowing
+  // nothing of stages over A.
+  constexpr bool RS = C::RS && TMA;
+  constexpr int SB = RS ? C::SB : C::S, KR = RS ? C::KR : 0;
+  // A then the ring; with RS the ring's first S stages, then A (whose first KR k-steps' panels become
+  // stages S .. SB - 1 once the consumers hold them in registers).
+  T* A = reinterpret_cast<T*>(base + (RS ? C::S * C::STAGE : 0));
+  T* ws = reinterpret_cast<T*>(base + (RS ? 0 : C::A_BYTES));
   const int64_t L = p.len, tokens = p.num_seq * L, t0 = int64_t(blockIdx.x) * BM;
   // Each 16-byte vector goes out as one STG.E.128 (st_global_16): the compiler made four 32-bit
   // stores of a uint4 assignment. Measured (session 9): msa 215 -> 174, esm 351 -> 337 us per pass.
@@ -762,9 +779,9 @@ __device__ __forceinline__ void ln_qkv_sm90_body(const PassParams& p, const void
     // arrival per consumer warp of both blocks, and every thread of the cluster syncs after the inits
     // (before any remote arrival or multicast) and before leaving (while the other block may still
     // arrive on this one's barriers).
-    const uint32_t full = smem_u32(smem_raw + BM * sizeof(int64_t)), empty = full + 8 * C::SB;
+    const uint32_t full = smem_u32(smem_raw + BM * sizeof(int64_t)), empty = full + 8 * SB;
     if (threadIdx.x == 0) {
-      for (int s = 0; s < C::SB; ++s) {
+      for (int s = 0; s < SB; ++s) {
         mbar_init(full + 8 * s, TMA ? 1 : 32);
         mbar_init(empty + 8 * s, TMA ? 8 * kQkvCluster : 8);
       }
@@ -776,16 +793,18 @@ __device__ __forceinline__ void ln_qkv_sm90_body(const PassParams& p, const void
       __syncthreads();
     }
     if (threadIdx.x >= 256) {
+      if constexpr (C::WIDE) setmaxnreg_dec<40>();
       if constexpr (TMA) {
         if (threadIdx.x == 256)
-          wg_gemm_tma_produce<C::WGN * C::BNW, C::N, D, C::SB, C::KW, C::S>(wmap, smem_u32(ws), full, empty,
+          wg_gemm_tma_produce<C::WGN * C::BNW, C::N, D, SB, C::KW, C::S>(wmap, smem_u32(ws), full, empty,
                                                                             cluster_rank());
         cluster_sync();
-      } else {
+      } else if (!C::WIDE || threadIdx.x < 288) {  // (one producer warp: `full` counts its 32 lanes)
         wg_gemm_ws_produce<T, C::WGN * C::BNW, C::N, D, C::S, C::KW>(static_cast<const T*>(p.w_qkv), ws, full, empty);
       }
       return;
     }
+    if constexpr (C::WIDE) setmaxnreg_inc<232>();
     request_rows_sw128<T, D, BM>(p, A, xo);
     cp_async_wait<0>();
     named_sync(1, 256);
@@ -796,7 +815,7 @@ __device__ __forceinline__ void ln_qkv_sm90_body(const PassParams& p, const void
       wg_gemm_ws_consume<T, C::WGM, C::WGN, C::BNW, C::N, D, C::S, C::KW, TMA>(A, ws, full, empty, tiles);
       if ((threadIdx.x & 127) == 0) bulk_wait<0>();  // every store written before the block's memory goes
     } else {
-      wg_gemm_ws_consume<T, C::WGM, C::WGN, C::BNW, C::N, D, C::SB, C::KW, TMA, C::KR, C::S>(A, ws, full, empty,
+      wg_gemm_ws_consume<T, C::WGM, C::WGN, C::BNW, C::N, D, SB, C::KW, TMA, KR, C::S>(A, ws, full, empty,
                                                                                             store);
     }
     if constexpr (TMA) cluster_sync();
@@ -1130,8 +1149,11 @@ struct Spec {
 #if AXIAL_FUSED_QKV_TMA
         if constexpr (C::TMA) {
           // A driver without the encoder, or a map it refuses: the one-block kernel, same result.
+          // (-DAXIAL_FUSED_K1_NO_MAP=1, a test build: act as if there were no encoder, so the GPU
+          // tests run that fallback.)
           CUtensorMap wmap;
-          e = encode_weight_map<T>(&wmap, p.w_qkv, C::N, D, C::KW, C::WGN * C::BNW / kQkvCluster);
+          e = AXIAL_FUSED_K1_NO_MAP ? cudaErrorNotSupported
+                                    : encode_weight_map<T>(&wmap, p.w_qkv, C::N, D, C::KW, C::WGN * C::BNW / kQkvCluster);
           if (e == cudaSuccess)
             e = launch_with_smem<ln_qkv_sm90_tma_kernel<T, D>, kQkvCluster>(cluster_grid<C::BM>(tokens), C::THREADS,
                                                                          C::SMEM, stream, p, wmap);
@@ -1151,17 +1173,6 @@ struct Spec {
       using A = AttnSm90<T, D, HEADS>;
       if constexpr (A::SERVED) {
         if (p.arch == 90 && p.attn_sm90) {
-#if AXIAL_FUSED_ATTN_TMA && AXIAL_FUSED_QKV_TMA
-          // The scratch as [sequences, L, 3D], boxes of one head's columns x 64 rows (the experiment's
-          // key/value tiles; a driver without the encoder runs the cp.async kernel).
-          CUtensorMap kv;
-          if (encode_map<T, 3>(&kv, p.scratch, {cuuint64_t(3 * D), cuuint64_t(p.len), cuuint64_t(p.num_seq)},
-                               {cuuint64_t(3 * D) * sizeof(T), cuuint64_t(p.len) * 3 * D * sizeof(T)},
-                               {cuuint32_t(A::HD), 64, 1},
-                               A::RB == 64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B) == cudaSuccess)
-            return launch_with_smem<attn_sm90_tma_kernel<T, D, HEADS>>(p.num_seq * ((p.len + A::BM - 1) / A::BM), 256,
-                                                                       A::SMEM, stream, p, kv);
-#endif
           return launch_with_smem<attn_sm90_kernel<T, D, HEADS>>(p.num_seq * ((p.len + A::BM - 1) / A::BM), 256, A::SMEM,
                                                                  stream, p);
         }

@@ -322,6 +322,21 @@ __device__ __forceinline__ void acc_row_max(const float (&acc)[R], float (&mx)[2
   }
 }
 
+// Moves this warpgroup's registers per thread down to / up to N (every thread of the warpgroup
+// executes it; an increase waits until other warpgroups' decreases have freed enough).
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() {
+#if AXIAL_FUSED_SM90
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+#endif
+}
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() {
+#if AXIAL_FUSED_SM90
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+#endif
+}
+
 // Barrier over the 128 threads of warpgroup wg alone (named barrier 1 + wg; 0 is __syncthreads).
 __device__ __forceinline__ void warpgroup_sync(int wg) {
   asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
@@ -410,17 +425,6 @@ __device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const void* 
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
       " [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar), "h"(mask)
-      : "memory");
-#endif
-}
-
-// One box of a 3-D tensor map into this block's shared memory (`dst`), completing on mbarrier `bar`.
-__device__ __forceinline__ void tma_load_3d(uint32_t dst, const void* map, int c0, int c1, int c2, uint32_t bar) {
-#if AXIAL_FUSED_SM90
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(
-          dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
       : "memory");
 #endif
 }
