@@ -4,7 +4,8 @@ and on wg_gemm (-DAXIAL_FUSED_QKV_WS=0), checks what the warp specialization is 
 main loop issues the same tensor-core products with no cp.async and no block barrier; that K1's q/k/v
 and the attention kernel's outputs are stored with STG.E.128 only; that K1's cluster form loads
 the weight by multicast tensor-map copies; that the tile-store experiment writes q/k/v only
-through stmatrix and tensor-map stores; and that esm's K1 (D = 768) takes part of A from registers."""
+through stmatrix and tensor-map stores; that esm's K1 (D = 768) takes part of A from registers; and
+that the tensor-map output-projection experiment loads its weight by the copy engine alone."""
 from __future__ import annotations
 
 import os
@@ -122,3 +123,15 @@ def test_esm_k1_takes_a_quarter_of_a_from_registers(tmp_path):
                       source=ROOT / "kernels" / "axial_bf16_d768_h12.cu")
     m = re.search(r"matching .*: (\d+)", out)
     assert m and int(m.group(1)) == 16, out
+
+
+def test_tensor_map_output_projection_loads_by_copy_engine_alone(tmp_path):
+    # The -DAXIAL_FUSED_OUT_TMA=1 experiment (session 11): the attention kernel's output projection
+    # takes its weight chunks from tensor-map copies (UTMALDG) issued by one thread; its loop waits on
+    # mbarriers only (no cp.async, no block barrier). The default kernel's loops all hold cp.async.
+    out = _sass_loops(tmp_path, ["-DAXIAL_FUSED_OUT_TMA=1"], "--count", r"UTMALDG", kernel="attn_sm90_otma")
+    m = re.search(r"matching .*: (\d+)", out)
+    assert m and int(m.group(1)) >= 1, out
+    loops = re.findall(r"loop \S+: \d+ instructions, (\d+) tensor-core products, (\d+) cp.async, "
+                       r"(\d+) named/block barriers, (\d+) mbarrier ops", out)
+    assert any(int(p) >= 1 and int(c) == 0 and int(b) == 0 and int(mb) >= 1 for p, c, b, mb in loops), out

@@ -19,6 +19,9 @@
 #include <type_traits>
 
 #include "axial_fused/wgmma.cuh"
+#if AXIAL_FUSED_OUT_TMA
+#include <cuda.h>  // CUtensorMap (the -DAXIAL_FUSED_OUT_TMA=1 experiment)
+#endif
 
 namespace axial_fused {
 
@@ -73,7 +76,17 @@ struct AttnSm90 {
   // (Session 10 wrote, session 11 measured and removed, the key/value tiles by tensor-map copies with
   // full / empty mbarriers, -DAXIAL_FUSED_ATTN_TMA=1: msa -5 / -9, esm +55 / +22 us per pass, and two
   // float64 tests failed; docs/performance.md, session 11. It is in the history at commit e5eeb9b.)
-  static constexpr size_t FIXED = 1024 + OFFS + O_BYTES + 2 * 2 * Q_BYTES;
+  // Kernel experiment (session 11, default off, not yet run): -DAXIAL_FUSED_OUT_TMA=1 streams the
+  // output projection's weight by tensor-map copies (wg_gemm_tma: thread 0 issues them, full / empty
+  // mbarriers per stage, no cp.async and no block barrier per step). Counted from session 11's phase
+  // clocks: at esm the projection takes ~58-60k cycles a block (wg_gemm: a block barrier, a
+  // cp.async wait and 4 copies per thread per step) against ~18k of products and ~23k of
+  // shared-memory traffic, and it is most of the L = 64 pass. OBARS: full[8], empty[8].
+#ifndef AXIAL_FUSED_OUT_TMA
+#define AXIAL_FUSED_OUT_TMA 0
+#endif
+  static constexpr size_t OBARS = AXIAL_FUSED_OUT_TMA ? 2 * 8 * 8 : 0;
+  static constexpr size_t FIXED = 1024 + OFFS + OBARS + O_BYTES + 2 * 2 * Q_BYTES;
   static constexpr int MINB = WANT2 && FIXED + 2 * 2 * STAGE <= 113 * 1024 ? 2 : 1;
   static constexpr size_t SMEM_MAX = MINB == 2 ? 113 * 1024 : 227 * 1024;  // per block
   static constexpr int SW_FIT = FIXED < SMEM_MAX ? int((SMEM_MAX - FIXED) / (2 * STAGE)) : 0;
@@ -94,6 +107,8 @@ struct AttnSm90 {
   static constexpr size_t OUT_STAGE = size_t(WGN) * OUT_BNW * OUT_KW * 2;
   static constexpr int OUT_S = int(RING / OUT_STAGE) < 6 ? int(RING / OUT_STAGE) : 6;
   static constexpr size_t SMEM = FIXED + RING;
+  static constexpr bool OUT_TMA = AXIAL_FUSED_OUT_TMA && OUT_KW == 32 && WGM * WGN == 2 && OUT_BNW >= 64 &&
+                                  WGN * OUT_BNW <= 256 && OUT_S <= 8;
   // Kernel experiment (-DAXIAL_FUSED_ATTN_PINGPONG=1): FlashAttention-3's ping-pong, the warpgroups
   // taking turns to issue their products (named barriers 3 and 4) so that one's softmax runs while
   // the other's products do (needs equal unit counts: an even number of heads). Measured at msa it
@@ -166,12 +181,14 @@ __device__ __forceinline__ void cp_async_wait_upto(int n) {
   else cp_async_wait<3>();
 }
 
-// The kernel's body.
-template <class T, int D, int HEADS>
-__device__ __forceinline__ void attn_sm90_body(const PassParams& p) {
+// The kernel's body; OTMA (AttnSm90::OUT_TMA): the output projection's weight by tensor-map copies
+// from `omap` (W_out with boxes of OUT_KW x WGN * OUT_BNW).
+template <class T, int D, int HEADS, bool OTMA = false>
+__device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* omap = nullptr) {
 #if AXIAL_FUSED_SM90  // (sm_90a device code only, as the kernels' bodies: the host pass never sees it)
   using C = AttnSm90<T, D, HEADS>;
   static_assert(C::SERVED, "attn_sm90_kernel instantiated for a configuration it does not serve");
+  static_assert(!OTMA || C::OUT_TMA, "the tensor-map output projection needs its mbarriers");
   constexpr int BM = C::BM, MT = C::MT, BN = C::BN, HD = C::HD, RB = C::RB, SW = C::SW, CH = RB / 16;
 #ifdef AXIAL_FUSED_PHASE_CLOCK
   long long phase_[7] = {}, phase_last_ = clock64();
@@ -179,7 +196,8 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   int64_t* xo = reinterpret_cast<int64_t*>(smem_raw);  // BM row offsets into x (-1: past the end)
   int64_t* oo = xo + BM;                               // ... into out
-  unsigned char* base = smem_raw + C::OFFS;
+  const uint32_t ofull = smem_u32(smem_raw + C::OFFS), oempty = ofull + 64;  // OTMA: full[8], empty[8]
+  unsigned char* base = smem_raw + C::OFFS + C::OBARS;
   base += (1024 - (smem_u32(base) & 1023)) & 1023;
   T* O = reinterpret_cast<T*>(base);
   unsigned char* qbuf = base + C::O_BYTES;                   // [wg][2] query buffers
@@ -192,6 +210,15 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p) {
   const int q0 = int(blockIdx.x % nqt) * BM;
   const T* qkv = static_cast<const T*>(p.scratch) + s * L * (3 * D);
 
+  if constexpr (OTMA) {
+    if (tid == 0) {  // visible to every thread after the block barrier before the output projection
+      for (int k = 0; k < C::OUT_S; ++k) {
+        mbar_init(ofull + 8 * k, 1);
+        mbar_init(oempty + 8 * k, 8);
+      }
+      fence_mbar_init_cluster();
+    }
+  }
   if constexpr (!C::ROW_RUN) {
     for (int r = tid; r < BM; r += 256) {
       const bool ok = q0 + r < L;
@@ -389,13 +416,19 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p) {
   fence_proxy_async();
   __syncthreads();
   AXIAL_PHASE(6);
+  auto project = [&](auto&& epi) {
+    if constexpr (OTMA) {
+      wg_gemm_tma<T, C::WGM, C::WGN, C::OUT_BNW, D, D, C::OUT_S, C::OUT_KW>(O, omap, smem_u32(ring), ofull, oempty, epi);
+    } else {
+      wg_gemm<T, C::WGM, C::WGN, C::OUT_BNW, D, D, C::OUT_S, false, C::OUT_KW>(O, static_cast<const T*>(p.w_out),
+                                                                              reinterpret_cast<T*>(ring), epi, [] {});
+    }
+  };
   if constexpr (C::ROW_RUN) {
     const RowRun rows{x_offset(p, s, q0), p.x_stride_tok, out_offset(p, s, q0), p.o_stride_tok, L - q0 < BM ? L - q0 : BM};
-    wg_gemm<T, C::WGM, C::WGN, C::OUT_BNW, D, D, C::OUT_S, false, C::OUT_KW>(
-        O, static_cast<const T*>(p.w_out), reinterpret_cast<T*>(ring), OutEpilogue<T, RowRun>(p, rows), [] {});
+    project(OutEpilogue<T, RowRun>(p, rows));
   } else {
-    wg_gemm<T, C::WGM, C::WGN, C::OUT_BNW, D, D, C::OUT_S, false, C::OUT_KW>(
-        O, static_cast<const T*>(p.w_out), reinterpret_cast<T*>(ring), OutEpilogue<T>(p, xo, oo), [] {});
+    project(OutEpilogue<T>(p, xo, oo));
   }
 #ifdef AXIAL_FUSED_PHASE_CLOCK
   if (blockIdx.x < 2 && wtid == 0)
@@ -414,6 +447,19 @@ __global__ void __launch_bounds__(256, AttnSm90<T, D, HEADS>::MINB) attn_sm90_ke
   __trap();
 #endif
 }
+
+#if AXIAL_FUSED_OUT_TMA
+// The output projection's weight by tensor-map copies (AttnSm90::OUT_TMA); `omap` as attn_sm90_body says.
+template <class T, int D, int HEADS>
+__global__ void __launch_bounds__(256, AttnSm90<T, D, HEADS>::MINB)
+    attn_sm90_otma_kernel(const __grid_constant__ PassParams p, const __grid_constant__ CUtensorMap omap) {
+#if AXIAL_FUSED_SM90
+  attn_sm90_body<T, D, HEADS, true>(p, &omap);
+#else
+  __trap();
+#endif
+}
+#endif
 
 
 }  // namespace axial_fused

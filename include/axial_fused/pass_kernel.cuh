@@ -1173,6 +1173,14 @@ struct Spec {
       using A = AttnSm90<T, D, HEADS>;
       if constexpr (A::SERVED) {
         if (p.arch == 90 && p.attn_sm90) {
+#if AXIAL_FUSED_OUT_TMA && AXIAL_FUSED_QKV_TMA
+          if constexpr (A::OUT_TMA) {  // (a driver without the encoder: the cp.async kernel below)
+            CUtensorMap omap;
+            if (encode_weight_map<T>(&omap, p.w_out, D, D, A::OUT_KW, A::WGN * A::OUT_BNW) == cudaSuccess)
+              return launch_with_smem<attn_sm90_otma_kernel<T, D, HEADS>>(p.num_seq * ((p.len + A::BM - 1) / A::BM), 256,
+                                                                          A::SMEM, stream, p, omap);
+          }
+#endif
           return launch_with_smem<attn_sm90_kernel<T, D, HEADS>>(p.num_seq * ((p.len + A::BM - 1) / A::BM), 256, A::SMEM,
                                                                  stream, p);
         }

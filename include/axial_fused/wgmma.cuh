@@ -429,6 +429,16 @@ __device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const void* 
 #endif
 }
 
+// One box of a 2-D tensor map into this block's shared memory (`dst`), completing on mbarrier `bar`.
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const void* map, int c0, int c1, uint32_t bar) {
+#if AXIAL_FUSED_SM90
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+#endif
+}
+
 // Tile stores through shared memory (K1's -DAXIAL_FUSED_QKV_TMA_STORE experiment): stmatrix writes
 // four 8 x 8 16-bit matrices from mma-layout fragments (lanes 8k..8k+7 give matrix k's row
 // addresses); a tensor-map store copies a staged box to global memory in the background (bulk
@@ -603,6 +613,41 @@ struct HasTile : std::false_type {};
 template <class E>
 struct HasTile<E, std::void_t<decltype(&E::template tile<64>)>> : std::true_type {};
 
+// A column chunk's addends (an epilogue with addend(): bias + residual), issued before its products
+// so the loads are in flight while they run; r0, n0: this thread's first row and the warpgroup's first
+// column of the chunk.
+template <int BNW, class Epi, class Add>
+__device__ __forceinline__ void load_addends(const Epi& epi, Add (&add)[BNW / 8][2], int r0, int n0, int t) {
+#pragma unroll
+  for (int j = 0; j < BNW / 8; ++j) {
+    add[j][0] = epi.addend(r0, n0 + j * 8 + 2 * t);
+    add[j][1] = epi.addend(r0 + 8, n0 + j * 8 + 2 * t);
+  }
+}
+
+// A column chunk's finished accumulators out through the epilogue (see wg_gemm: VEC8, addends
+// folded in, or pairs).
+template <class T, int BNW, bool VEC8, bool PREFETCH, class Epi, class Add>
+__device__ __forceinline__ void chunk_epilogue(float (&acc)[BNW / 2], Add (&add)[PREFETCH ? BNW / 8 : 1][2], int r0,
+                                               int n0, int t, Epi& epi) {
+  if constexpr (VEC8) {
+    store_vec8<T, BNW>(acc, r0, n0, t, epi);
+  } else if constexpr (PREFETCH) {  // the addends folded in, then 16-byte output stores
+#pragma unroll
+    for (int j = 0; j < BNW / 8; ++j) {
+      epi.fold(acc[4 * j], acc[4 * j + 1], add[j][0]);
+      epi.fold(acc[4 * j + 2], acc[4 * j + 3], add[j][1]);
+    }
+    store_vec8<T, BNW>(acc, r0, n0, t, epi);
+  } else {
+#pragma unroll
+    for (int j = 0; j < BNW / 8; ++j) {
+      epi(r0, n0 + j * 8 + 2 * t, acc[4 * j], acc[4 * j + 1]);
+      epi(r0 + 8, n0 + j * 8 + 2 * t, acc[4 * j + 2], acc[4 * j + 3]);
+    }
+  }
+}
+
 // Y (BM x N) = A @ W^T with wgmma, for a block of WGM * WGN warpgroups (128 or 256 threads).
 //   A: BM x K, SW128 K-major in shared memory (1024-byte aligned), BM = 64 * WGM.
 //   W: N x K, row-major in global memory (an nn.Linear weight), streamed in chunks of CN = WGN * BNW
@@ -678,7 +723,8 @@ __device__ __forceinline__ void wg_gemm(const T* A, const T* W, T* ws, Epi&& epi
   using Add = typename AddendOf<std::decay_t<Epi>, PREFETCH>::type;
   Add add[PREFETCH ? BNW / 8 : 1][2];
   for (int nc = 0; nc < N / CN; ++nc) {
-    if constexpr (PREFETCH) {  // the chunk's addends, in flight while its products run
+    if constexpr (PREFETCH) {  // the chunk's addends, in flight while its products run (load_addends,
+      // written out: the call changed one kernel's instruction schedule, attn_out_kernel at 192x6 fp16)
       const int n0 = nc * CN + wn * BNW, r0 = wm * 64 + warp * 16 + g;
 #pragma unroll
       for (int j = 0; j < BNW / 8; ++j) {
@@ -709,23 +755,7 @@ __device__ __forceinline__ void wg_gemm(const T* A, const T* W, T* ws, Epi&& epi
     wgmma_wait<0>();
     fence_regs(acc);
     AXIAL_PHASE(4);
-    const int n0 = nc * CN + wn * BNW, r0 = wm * 64 + warp * 16 + g;
-    if constexpr (VEC8) {
-      store_vec8<T, BNW>(acc, r0, n0, t, epi);
-    } else if constexpr (PREFETCH) {  // the addends folded in, then 16-byte output stores
-#pragma unroll
-      for (int j = 0; j < BNW / 8; ++j) {
-        epi.fold(acc[4 * j], acc[4 * j + 1], add[j][0]);
-        epi.fold(acc[4 * j + 2], acc[4 * j + 3], add[j][1]);
-      }
-      store_vec8<T, BNW>(acc, r0, n0, t, epi);
-    } else {
-#pragma unroll
-      for (int j = 0; j < BNW / 8; ++j) {
-        epi(r0, n0 + j * 8 + 2 * t, acc[4 * j], acc[4 * j + 1]);
-        epi(r0 + 8, n0 + j * 8 + 2 * t, acc[4 * j + 2], acc[4 * j + 3]);
-      }
-    }
+    chunk_epilogue<T, BNW, VEC8, PREFETCH>(acc, add, wm * 64 + warp * 16 + g, nc * CN + wn * BNW, t, epi);
     AXIAL_PHASE(5);
   }
   cp_async_wait<0>();
@@ -735,6 +765,74 @@ __device__ __forceinline__ void wg_gemm(const T* A, const T* W, T* ws, Epi&& epi
            "issue %lld mma-wait %lld epilogue %lld\n", N, K, BNW, S, int(blockIdx.x), int(threadIdx.x >> 7), phase_[0],
            phase_[1], phase_[2], phase_[3], phase_[4], phase_[5]);
 #endif
+}
+
+// wg_gemm with the weight chunks loaded by tensor-map copies (the output projections' experiment
+// -DAXIAL_FUSED_OUT_TMA=1, session 11, not yet run): thread 0 of the block issues each chunk's copy
+// (`map`: W with boxes of KW x CN, the 64-byte swizzle, encode_weight_map) into stage it % S, which
+// signals `full[s]` (the chunk's bytes), and refills a stage once every warp has released the chunk
+// that used it on `empty[s]` (8 arrivals); S chunks are in flight from the start, S - 1 ahead of the
+// one multiplied after. No cp.async, no block barrier per step: each costs a warp an mbarrier wait,
+// its products and a release. The S mbarriers of each kind at `full` and `empty` must be initialised
+// (1 and 8 arrivals) and fenced, and A written and fenced, before every thread of the block enters;
+// `ws` (1024-aligned) must no longer be read or written by anything else.
+template <class T, int WGM, int WGN, int BNW, int N, int K, int S, int KW, class Epi>
+__device__ __forceinline__ void wg_gemm_tma(const T* A, const void* map, uint32_t ws, uint32_t full, uint32_t empty,
+                                            Epi&& epi) {
+  static_assert(WGM * WGN == 2 && (BNW == 64 || BNW == 128) && S >= 2 && KW == 32, "2 warpgroups, 32-deep chunks");
+  constexpr int BM = 64 * WGM, CN = WGN * BNW, KC = K / KW, ITERS = (N / CN) * KC, RB = KW * 2;
+  constexpr uint32_t STAGE = CN * RB;
+  static_assert(N % CN == 0 && K % 64 == 0 && CN <= 256, "weight chunks must tile the weight; boxes of <= 256 rows");
+  const int wg = threadIdx.x >> 7, wm = wg % WGM, wn = wg / WGM;
+  const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const uint32_t a_base = smem_u32(A) + wm * 64 * 128, w_base = ws + wn * BNW * RB;
+  auto load = [&](int it) {  // thread 0 only
+    if (it < ITERS) {
+      const int s = it % S;
+      if (it >= S) mbar_wait(empty + 8 * s, ((it / S) - 1) & 1);  // every warp released chunk it - S
+      mbar_arrive_expect_tx(full + 8 * s, STAGE);
+      tma_load_2d(ws + s * STAGE, map, (it % KC) * KW, (it / KC) * CN, full + 8 * s);
+    }
+  };
+  // (Each of thread 0's loads is followed by __syncwarp: warp 0 must be converged again before its
+  // next wgmma, which the whole warp executes together.)
+  if (threadIdx.x == 0)
+    for (int it = 0; it < S; ++it) load(it);
+  __syncwarp();
+  float acc[BNW / 2];
+#pragma unroll
+  for (int i = 0; i < BNW / 2; ++i) acc[i] = 0.f;
+  constexpr bool PREFETCH = HasAddend<std::decay_t<Epi>>::value;
+  using Add = typename AddendOf<std::decay_t<Epi>, PREFETCH>::type;
+  Add add[PREFETCH ? BNW / 8 : 1][2];
+  for (int nc = 0; nc < N / CN; ++nc) {
+    if constexpr (PREFETCH) load_addends<BNW>(epi, add, wm * 64 + warp * 16 + g, nc * CN + wn * BNW, t);
+    for (int kc = 0; kc < KC; ++kc) {
+      const int it = nc * KC + kc, s = it % S;
+      mbar_wait(full + 8 * s, (it / S) & 1);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < KW / 16; ++kk) {
+        const int ka = kc * KW + kk * 16;
+        Wgmma<T, BNW>::mma(acc, sw128_desc(a_base + (ka >> 6) * BM * 128 + (ka & 63) * 2),
+                           swz_desc<RB>(w_base + s * STAGE + kk * 32), kc > 0 || kk > 0);
+      }
+      wgmma_commit();
+      wgmma_wait<1>();  // chunk it - 1's products are done: release it, refill its stage
+      if (kc > 0) {
+        if (lane == 0) mbar_arrive(empty + 8 * ((it - 1) % S));
+        if (threadIdx.x == 0) load(it - 1 + S);
+        __syncwarp();
+      }
+    }
+    wgmma_wait<0>();
+    fence_regs(acc);
+    const int last = nc * KC + KC - 1;
+    if (lane == 0) mbar_arrive(empty + 8 * (last % S));
+    if (threadIdx.x == 0) load(last + S);
+    __syncwarp();
+    chunk_epilogue<T, BNW, false, PREFETCH>(acc, add, wm * 64 + warp * 16 + g, nc * CN + wn * BNW, t, epi);
+  }
 }
 
 // Warp-specialized form of wg_gemm (K1's product; -DAXIAL_FUSED_QKV_WS=0 puts K1 back on wg_gemm).
