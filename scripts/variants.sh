@@ -7,7 +7,8 @@
 # Usage (repo root; the knobs are listed in docs/performance.md, "Kernel experiments"):
 #   VARIANTS="base;-DAXIAL_FUSED_QKV_BNW=128;-DAXIAL_FUSED_PHASE_CLOCK" SHAPES="latent msa" PATH_NAME=auto \
 #   AXIAL_FUSED_SPECS=256x8:bf16 bash scripts/variants.sh
-# TESTS: the pytest selection run per variant (default below; "" skips). Build logs go to
+# TESTS: the pytest selection run per variant (default below; "" skips). BENCH_PEERS (e.g.
+# "fused,fused_graph"): time the shapes end to end with the benchmark instead of per kernel. Build logs go to
 # $VARIANT_LOGS (default /tmp/variant-logs: the device tool returns at most 8 files from $OUT), and a
 # failed build's last lines are printed; everything printed is also kept in $OUT/variants.txt.
 set -uo pipefail
@@ -32,6 +33,12 @@ for v in "${list[@]}"; do
   if [[ -n $TESTS ]]; then
     # shellcheck disable=SC2086  # TESTS is a list of pytest node ids
     timeout "${TEST_TIMEOUT:-180}" python3 -m pytest -q -p no:cacheprovider $TESTS 2>&1 | tail -1
+  fi
+  if [[ -n ${BENCH_PEERS:-} && $flags != *PHASE_CLOCK* ]]; then
+    # End-to-end times (what launch overlap changes and per-kernel times cannot show)
+    timeout 300 python3 -m axial_fused.bench --shapes "${SHAPES// /,}" --peers "$BENCH_PEERS" --json '' 2>&1 |
+      grep -E "^[a-z_0-9]+ +(bfloat16|float16|float32) "
+    continue
   fi
   for s in $SHAPES; do
     if [[ $flags == *PHASE_CLOCK* ]]; then

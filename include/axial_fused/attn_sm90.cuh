@@ -442,6 +442,7 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
 template <class T, int D, int HEADS>
 __global__ void __launch_bounds__(256, AttnSm90<T, D, HEADS>::MINB) attn_sm90_kernel(const __grid_constant__ PassParams p) {
 #if AXIAL_FUSED_SM90
+  pdl_entry();
   attn_sm90_body<T, D, HEADS>(p);
 #else
   __trap();
@@ -454,6 +455,7 @@ template <class T, int D, int HEADS>
 __global__ void __launch_bounds__(256, AttnSm90<T, D, HEADS>::MINB)
     attn_sm90_otma_kernel(const __grid_constant__ PassParams p, const __grid_constant__ CUtensorMap omap) {
 #if AXIAL_FUSED_SM90
+  pdl_entry();
   attn_sm90_body<T, D, HEADS, true>(p, &omap);
 #else
   __trap();

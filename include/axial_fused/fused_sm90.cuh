@@ -57,6 +57,7 @@ struct FusedSm90 {
 template <class T, int D, int HEADS>
 __global__ void __launch_bounds__(256, 1) fused_sm90_kernel(const __grid_constant__ PassParams p) {
 #if AXIAL_FUSED_SM90
+  pdl_entry();
   using C = FusedSm90<T, D, HEADS>;
   static_assert(C::SERVED, "fused_sm90_kernel instantiated for a configuration it does not serve");
   constexpr int BM = C::BM, HD = C::HD, KC = C::KC, SW = C::SW;

@@ -447,6 +447,7 @@ __device__ __forceinline__ void out_projection(const PassParams& p, const typena
 
 template <class Tr>
 __global__ void __launch_bounds__(Tr::THREADS) fused_pass_kernel(const __grid_constant__ PassParams p) {
+  pdl_entry();
   using T = typename Tr::T;
   constexpr int D = Tr::D, HD = Tr::HD, BM = Tr::BM, BN = Tr::BN, LDQKV = Tr::LDQKV;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -529,6 +530,7 @@ __global__ void __launch_bounds__(Tr::THREADS) fused_pass_kernel(const __grid_co
 
 template <class Tr>
 __global__ void __launch_bounds__(Tr::THREADS) ln_qkv_kernel(const __grid_constant__ PassParams p) {
+  pdl_entry();
   using T = typename Tr::T;
   constexpr int D = Tr::D;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -837,6 +839,7 @@ template <class T, int D>
 __global__ void __launch_bounds__(QkvSm90<T, D>::THREADS, QkvSm90<T, D>::MINB)
     ln_qkv_sm90_kernel(const __grid_constant__ PassParams p) {
 #if AXIAL_FUSED_SM90
+  pdl_entry();
   ln_qkv_sm90_body<T, D, false>(p, nullptr);
 #else
   __trap();
@@ -850,6 +853,7 @@ template <class T, int D>
 __global__ void __launch_bounds__(QkvSm90<T, D>::THREADS, QkvSm90<T, D>::MINB)
     ln_qkv_sm90_tma_kernel(const __grid_constant__ PassParams p, const __grid_constant__ CUtensorMap wmap) {
 #if AXIAL_FUSED_SM90
+  pdl_entry();
   ln_qkv_sm90_body<T, D, true>(p, &wmap);
 #else
   __trap();
@@ -864,6 +868,7 @@ __global__ void __launch_bounds__(QkvSm90<T, D, true>::THREADS, QkvSm90<T, D, tr
     ln_qkv_sm90_st_kernel(const __grid_constant__ PassParams p, const __grid_constant__ CUtensorMap wmap,
                           const __grid_constant__ CUtensorMap omap) {
 #if AXIAL_FUSED_SM90
+  pdl_entry();
   ln_qkv_sm90_body<T, D, TMA, true>(p, &wmap, &omap);
 #else
   __trap();
@@ -936,6 +941,7 @@ struct AttnOutLayout {
 
 template <class Tr, bool SM90>
 __global__ void __launch_bounds__(Tr::THREADS) attn_out_kernel(const __grid_constant__ PassParams p) {
+  pdl_entry();
 #if !AXIAL_FUSED_SM90
   if constexpr (SM90) {
     __trap();
@@ -1073,24 +1079,46 @@ inline cudaError_t launch_with_smem(int64_t blocks, int threads, size_t smem, cu
       if (cached) opted_in[device].store(true, std::memory_order_release);
     }
   }
-  if constexpr (CLUSTER == 1) {
+  bool pdl = false;  // -DAXIAL_FUSED_PDL=1 (wgmma.cuh, pdl_entry): on compute capability 9.0 and above
+  if constexpr (AXIAL_FUSED_PDL) {
+    static std::atomic<int> major_of[64];  // per device index; 0: not asked yet
+    int device = 0;
+    cudaError_t e = cudaGetDevice(&device);
+    if (e != cudaSuccess) return e;
+    int major = device >= 0 && device < 64 ? major_of[device].load(std::memory_order_relaxed) : 0;
+    if (major == 0) {
+      e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+      if (e != cudaSuccess) return e;
+      if (device >= 0 && device < 64) major_of[device].store(major, std::memory_order_relaxed);
+    }
+    pdl = major >= 9;
+  }
+  if (CLUSTER == 1 && !pdl) {
     Kernel<<<unsigned(blocks), threads, smem, stream>>>(args...);
     return cudaGetLastError();
-  } else {
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = CLUSTER;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(unsigned(blocks));
-    cfg.blockDim = dim3(unsigned(threads));
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    return cudaLaunchKernelEx(&cfg, Kernel, args...);
   }
+  cudaLaunchAttribute attr[2];
+  unsigned n = 0;
+  if (CLUSTER > 1) {
+    attr[n].id = cudaLaunchAttributeClusterDimension;
+    attr[n].val.clusterDim.x = CLUSTER;
+    attr[n].val.clusterDim.y = 1;
+    attr[n].val.clusterDim.z = 1;
+    ++n;
+  }
+  if (pdl) {
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n].val.programmaticStreamSerializationAllowed = 1;
+    ++n;
+  }
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(unsigned(blocks));
+  cfg.blockDim = dim3(unsigned(threads));
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = n;
+  return cudaLaunchKernelEx(&cfg, Kernel, args...);
 }
 
 #if AXIAL_FUSED_QKV_TMA && AXIAL_FUSED_QKV_TMA_STORE

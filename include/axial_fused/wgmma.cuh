@@ -27,6 +27,23 @@
 
 namespace axial_fused {
 
+// Kernel experiment (session 11, default off, not yet run): -DAXIAL_FUSED_PDL=1 launches every kernel
+// on Hopper with programmatic dependent launch (the stream-serialization attribute,
+// launch_with_smem), and each kernel begins with pdl_entry(): wait until the grid before it has
+// finished and its writes are visible (griddepcontrol.wait, so nothing is read early), then let the
+// next grid launch (griddepcontrol.launch_dependents). The next grid's launch and block scheduling
+// then overlap this one's tail instead of following its end. Without the attribute the wait returns
+// at once. (Only the sm_90a build has the instructions.)
+#ifndef AXIAL_FUSED_PDL
+#define AXIAL_FUSED_PDL 0
+#endif
+__device__ __forceinline__ void pdl_entry() {
+#if AXIAL_FUSED_PDL && AXIAL_FUSED_SM90
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
 // Development aid: with -DAXIAL_FUSED_PHASE_CLOCK (AXIAL_FUSED_NVCC_FLAGS) each warpgroup of the first
 // two blocks prints the clock cycles it spent in each phase: of the Hopper fused kernel, of every
 // wg_gemm (the output projections; K1's product with -DAXIAL_FUSED_QKV_WS=0), and of K1's
