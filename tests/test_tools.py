@@ -119,10 +119,16 @@ def test_esm_k1_takes_a_quarter_of_a_from_registers(tmp_path):
     # 64-column panels in registers, so 16 of each column chunk's 48 k-steps are register-A products
     # (HGMMA with a register operand before the weight's descriptor), the rest read A from shared
     # memory. -DAXIAL_FUSED_QKV_RS=0 (the old form) has none.
-    out = _sass_loops(tmp_path, [], "--count", r"HGMMA\.64x128x16\S* R\d+, R\d+, gdesc", kernel="ln_qkv_sm90_tma",
-                      source=ROOT / "kernels" / "axial_bf16_d768_h12.cu")
+    rs = r"HGMMA\.64x128x16\S* R\d+, R\d+, gdesc"
+    source = ROOT / "kernels" / "axial_bf16_d768_h12.cu"
+    out = _sass_loops(tmp_path, [], "--count", rs, kernel="ln_qkv_sm90_tma", source=source)
     m = re.search(r"matching .*: (\d+)", out)
     assert m and int(m.group(1)) == 16, out
+    # The one-block fallback of the same specialization (no tensor map) keeps A in shared memory: its
+    # cp.async producer fills only the plain ring (register A there would hang it; e5eeb9b had it).
+    out = _sass_loops(tmp_path, [], "--count", rs, kernel="ln_qkv_sm90_kernel", source=source)
+    m = re.search(r"matching .*: (\d+)", out)
+    assert m and int(m.group(1)) == 0, out
 
 
 def test_tensor_map_output_projection_loads_by_copy_engine_alone(tmp_path):
