@@ -131,11 +131,13 @@ def test_esm_k1_takes_a_quarter_of_a_from_registers(tmp_path):
     assert m and int(m.group(1)) == 0, out
 
 
-def test_tensor_map_output_projection_loads_by_copy_engine_alone(tmp_path):
-    # The -DAXIAL_FUSED_OUT_TMA=1 experiment (session 11): the attention kernel's output projection
-    # takes its weight chunks from tensor-map copies (UTMALDG) issued by one thread; its loop waits on
-    # mbarriers only (no cp.async, no block barrier). The default kernel's loops all hold cp.async.
-    out = _sass_loops(tmp_path, ["-DAXIAL_FUSED_OUT_TMA=1"], "--count", r"UTMALDG", kernel="attn_sm90_otma")
+@pytest.mark.parametrize("kernel", ["attn_sm90_otma", "fused_sm90_otma"])
+def test_tensor_map_output_projection_loads_by_copy_engine_alone(tmp_path, kernel):
+    # The -DAXIAL_FUSED_OUT_TMA=1 experiment (session 11): the attention kernel's and the Hopper fused
+    # kernel's output projections take their weight chunks from tensor-map copies (UTMALDG) issued by
+    # one thread; the projection's loop waits on mbarriers only (no cp.async, no block barrier).
+    # Their default forms' loops all hold cp.async and block barriers.
+    out = _sass_loops(tmp_path, ["-DAXIAL_FUSED_OUT_TMA=1"], "--all", "--count", r"UTMALDG", kernel=kernel)
     m = re.search(r"matching .*: (\d+)", out)
     assert m and int(m.group(1)) >= 1, out
     loops = re.findall(r"loop \S+: \d+ instructions, (\d+) tensor-core products, (\d+) cp.async, "

@@ -76,17 +76,7 @@ struct AttnSm90 {
   // (Session 10 wrote, session 11 measured and removed, the key/value tiles by tensor-map copies with
   // full / empty mbarriers, -DAXIAL_FUSED_ATTN_TMA=1: msa -5 / -9, esm +55 / +22 us per pass, and two
   // float64 tests failed; docs/performance.md, session 11. It is in the history at commit e5eeb9b.)
-  // Kernel experiment (session 11, default off, not yet run): -DAXIAL_FUSED_OUT_TMA=1 streams the
-  // output projection's weight by tensor-map copies (wg_gemm_tma: thread 0 issues them, full / empty
-  // mbarriers per stage, no cp.async and no block barrier per step). Counted from session 11's phase
-  // clocks: at esm the projection takes ~58-60k cycles a block (wg_gemm: a block barrier, a
-  // cp.async wait and 4 copies per thread per step) against ~18k of products and ~23k of
-  // shared-memory traffic, and it is most of the L = 64 pass. OBARS: full[8], empty[8].
-#ifndef AXIAL_FUSED_OUT_TMA
-#define AXIAL_FUSED_OUT_TMA 0
-#endif
-  static constexpr size_t OBARS = AXIAL_FUSED_OUT_TMA ? 2 * 8 * 8 : 0;
-  static constexpr size_t FIXED = 1024 + OFFS + OBARS + O_BYTES + 2 * 2 * Q_BYTES;
+  static constexpr size_t FIXED = 1024 + OFFS + O_BYTES + 2 * 2 * Q_BYTES;
   static constexpr int MINB = WANT2 && FIXED + 2 * 2 * STAGE <= 113 * 1024 ? 2 : 1;
   static constexpr size_t SMEM_MAX = MINB == 2 ? 113 * 1024 : 227 * 1024;  // per block
   static constexpr int SW_FIT = FIXED < SMEM_MAX ? int((SMEM_MAX - FIXED) / (2 * STAGE)) : 0;
@@ -107,6 +97,16 @@ struct AttnSm90 {
   static constexpr size_t OUT_STAGE = size_t(WGN) * OUT_BNW * OUT_KW * 2;
   static constexpr int OUT_S = int(RING / OUT_STAGE) < 6 ? int(RING / OUT_STAGE) : 6;
   static constexpr size_t SMEM = FIXED + RING;
+  // Kernel experiment (session 11, default off, not yet run): -DAXIAL_FUSED_OUT_TMA=1 streams the
+  // output projection's weight by tensor-map copies (wg_gemm_tma: thread 0 issues them, full / empty
+  // mbarriers per stage, no cp.async and no block barrier per step; the mbarriers where the first
+  // warpgroup's queries were, free by then). Counted from session 11's phase clocks: at esm the
+  // projection takes ~58-60k cycles a block (wg_gemm: a block barrier, a cp.async wait and 4 copies
+  // per thread per step) against ~18k of products and ~23k of shared-memory traffic, and it is most
+  // of the L = 64 pass.
+#ifndef AXIAL_FUSED_OUT_TMA
+#define AXIAL_FUSED_OUT_TMA 0
+#endif
   static constexpr bool OUT_TMA = AXIAL_FUSED_OUT_TMA && OUT_KW == 32 && WGM * WGN == 2 && OUT_BNW >= 64 &&
                                   WGN * OUT_BNW <= 256 && OUT_S <= 8;
   // Kernel experiment (-DAXIAL_FUSED_ATTN_PINGPONG=1): FlashAttention-3's ping-pong, the warpgroups
@@ -196,8 +196,7 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   int64_t* xo = reinterpret_cast<int64_t*>(smem_raw);  // BM row offsets into x (-1: past the end)
   int64_t* oo = xo + BM;                               // ... into out
-  const uint32_t ofull = smem_u32(smem_raw + C::OFFS), oempty = ofull + 64;  // OTMA: full[8], empty[8]
-  unsigned char* base = smem_raw + C::OFFS + C::OBARS;
+  unsigned char* base = smem_raw + C::OFFS;
   base += (1024 - (smem_u32(base) & 1023)) & 1023;
   T* O = reinterpret_cast<T*>(base);
   unsigned char* qbuf = base + C::O_BYTES;                   // [wg][2] query buffers
@@ -210,15 +209,6 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
   const int q0 = int(blockIdx.x % nqt) * BM;
   const T* qkv = static_cast<const T*>(p.scratch) + s * L * (3 * D);
 
-  if constexpr (OTMA) {
-    if (tid == 0) {  // visible to every thread after the block barrier before the output projection
-      for (int k = 0; k < C::OUT_S; ++k) {
-        mbar_init(ofull + 8 * k, 1);
-        mbar_init(oempty + 8 * k, 8);
-      }
-      fence_mbar_init_cluster();
-    }
-  }
   if constexpr (!C::ROW_RUN) {
     for (int r = tid; r < BM; r += 256) {
       const bool ok = q0 + r < L;
@@ -418,6 +408,8 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
   AXIAL_PHASE(6);
   auto project = [&](auto&& epi) {
     if constexpr (OTMA) {
+      const uint32_t ofull = smem_u32(qbuf), oempty = ofull + 64;  // the first warpgroup's queries, done with
+      out_tma_barriers<C::OUT_S>(ofull, oempty);
       wg_gemm_tma<T, C::WGM, C::WGN, C::OUT_BNW, D, D, C::OUT_S, C::OUT_KW>(O, omap, smem_u32(ring), ofull, oempty, epi);
     } else {
       wg_gemm<T, C::WGM, C::WGN, C::OUT_BNW, D, D, C::OUT_S, false, C::OUT_KW>(O, static_cast<const T*>(p.w_out),

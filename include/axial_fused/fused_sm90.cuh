@@ -20,6 +20,9 @@
 // heads and D <= 256 (the D = 128/4, 192/6, 256/8 specializations; FusedSm90::SERVED); bf16/fp16.
 #pragma once
 #include "axial_fused/wgmma.cuh"
+#if AXIAL_FUSED_OUT_TMA
+#include <cuda.h>  // CUtensorMap (the -DAXIAL_FUSED_OUT_TMA=1 experiment)
+#endif
 
 namespace axial_fused {
 
@@ -47,6 +50,15 @@ struct FusedSm90 {
 #endif
   static constexpr int OUT_S = int(RING / (OUT_BNW * 128)) < 6 ? int(RING / (OUT_BNW * 128)) : 6;
   static constexpr size_t SMEM = FIXED + RING;
+  // -DAXIAL_FUSED_OUT_TMA=1 (kernel experiment, attn_sm90.cuh): the output projection's weight by
+  // tensor-map copies here too (wg_gemm_tma, 64-deep chunks; session 6 measured this projection at
+  // ~30k cycles per block at latent against ~4k at the tensor rate). Its mbarriers (full[8],
+  // empty[8]) go where the first warpgroup's keys were, free by then (at D = 256 the layout has no
+  // byte to spare).
+#ifndef AXIAL_FUSED_OUT_TMA
+#define AXIAL_FUSED_OUT_TMA 0
+#endif
+  static constexpr bool OUT_TMA = AXIAL_FUSED_OUT_TMA && OUT_S <= 8;
   // Where the kernel exists: head_dim 32, an even number of heads (the two warpgroups split them), D <= 256
   // (the LayerNorm and output tiles stay resident); plan_pass checks the same.
   static constexpr bool SERVED = HD == 32 && HEADS % 2 == 0 && D <= 256 && SW >= 2 && OUT_S >= 3;
@@ -54,12 +66,14 @@ struct FusedSm90 {
                 "1024-byte aligned operand tiles");
 };
 
-template <class T, int D, int HEADS>
-__global__ void __launch_bounds__(256, 1) fused_sm90_kernel(const __grid_constant__ PassParams p) {
-#if AXIAL_FUSED_SM90
-  pdl_entry();
+// The kernel's body; OTMA (FusedSm90::OUT_TMA): the output projection's weight by tensor-map copies
+// from `omap` (W_out with boxes of 64 x OUT_BNW).
+template <class T, int D, int HEADS, bool OTMA = false>
+__device__ __forceinline__ void fused_sm90_body(const PassParams& p, const void* omap = nullptr) {
+#if AXIAL_FUSED_SM90  // (sm_90a device code only, as the kernels' bodies: the host pass never sees it)
   using C = FusedSm90<T, D, HEADS>;
   static_assert(C::SERVED, "fused_sm90_kernel instantiated for a configuration it does not serve");
+  static_assert(!OTMA || C::OUT_TMA, "the tensor-map output projection needs its mbarriers");
   constexpr int BM = C::BM, HD = C::HD, KC = C::KC, SW = C::SW;
   constexpr int NJ = HEADS / 2 * KC;  // weight chunks per warpgroup
 #ifdef AXIAL_FUSED_PHASE_CLOCK
@@ -276,7 +290,14 @@ __global__ void __launch_bounds__(256, 1) fused_sm90_kernel(const __grid_constan
   fence_proxy_async();
   __syncthreads();
   AXIAL_PHASE(7);
-  wg_gemm<T, 2, 1, C::OUT_BNW, D, D, C::OUT_S>(O, static_cast<const T*>(p.w_out), ring, OutEpilogue<T>(p, xo, oo), [] {});
+  if constexpr (OTMA) {
+    const uint32_t ofull = smem_u32(own), oempty = ofull + 64;  // the first warpgroup's keys, done with
+    out_tma_barriers<C::OUT_S>(ofull, oempty);
+    wg_gemm_tma<T, 2, 1, C::OUT_BNW, D, D, C::OUT_S, 64>(O, omap, smem_u32(ring), ofull, oempty, OutEpilogue<T>(p, xo, oo));
+  } else {
+    wg_gemm<T, 2, 1, C::OUT_BNW, D, D, C::OUT_S>(O, static_cast<const T*>(p.w_out), ring, OutEpilogue<T>(p, xo, oo),
+                                                 [] {});
+  }
 #ifdef AXIAL_FUSED_PHASE_CLOCK
   AXIAL_PHASE(8);
   if (blockIdx.x < 2 && wtid == 0)
@@ -284,9 +305,31 @@ __global__ void __launch_bounds__(256, 1) fused_sm90_kernel(const __grid_constan
            int(blockIdx.x), wg, phase_[0], phase_[1], phase_[2], phase_[3], phase_[4], phase_[5], phase_[6], phase_[7],
            phase_[8]);
 #endif
+#endif  // AXIAL_FUSED_SM90
+}
+
+template <class T, int D, int HEADS>
+__global__ void __launch_bounds__(256, 1) fused_sm90_kernel(const __grid_constant__ PassParams p) {
+#if AXIAL_FUSED_SM90
+  pdl_entry();
+  fused_sm90_body<T, D, HEADS>(p);
 #else
   __trap();
 #endif
 }
+
+#if AXIAL_FUSED_OUT_TMA
+// The output projection's weight by tensor-map copies (FusedSm90::OUT_TMA); `omap` as fused_sm90_body says.
+template <class T, int D, int HEADS>
+__global__ void __launch_bounds__(256, 1)
+    fused_sm90_otma_kernel(const __grid_constant__ PassParams p, const __grid_constant__ CUtensorMap omap) {
+#if AXIAL_FUSED_SM90
+  pdl_entry();
+  fused_sm90_body<T, D, HEADS, true>(p, &omap);
+#else
+  __trap();
+#endif
+}
+#endif
 
 }  // namespace axial_fused

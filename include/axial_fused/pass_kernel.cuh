@@ -910,12 +910,14 @@ inline cudaError_t encode_map_2d(CUtensorMap* map, const void* w, int64_t rows, 
   return encode_map<T, 2>(map, w, {cuuint64_t(cols), cuuint64_t(rows)}, {cuuint64_t(cols) * sizeof(T)},
                           {cuuint32_t(box_cols), cuuint32_t(box_rows)}, swizzle);
 }
-// The QKV weight with the swizzle of its box rows (32 columns: 64 bytes; 16: 32), the stage layout
-// wgmma reads (swz_desc<64> or <32>).
+// A weight with the swizzle of its box rows (32 columns: 64 bytes; 16: 32; 64: 128), the stage layout
+// wgmma reads (swz_desc<64>, <32> or <128>).
 template <class T>
 inline cudaError_t encode_weight_map(CUtensorMap* map, const void* w, int rows, int cols, int box_cols, int box_rows) {
   return encode_map_2d<T>(map, w, rows, cols, box_cols, box_rows,
-                          box_cols == 16 ? CU_TENSOR_MAP_SWIZZLE_32B : CU_TENSOR_MAP_SWIZZLE_64B);
+                          box_cols == 16   ? CU_TENSOR_MAP_SWIZZLE_32B
+                          : box_cols == 32 ? CU_TENSOR_MAP_SWIZZLE_64B
+                                           : CU_TENSOR_MAP_SWIZZLE_128B);
 }
 #endif
 
@@ -1152,9 +1154,19 @@ struct Spec {
     using Tr = Traits<T, M, D, HEADS>;
     if (p.path == kPathFusedSm90) {
       if constexpr (M == Mma::Tc16 && FusedSm90<T, D, HEADS>::SERVED) {
-        if (p.arch == 90)
-          return launch_with_smem<fused_sm90_kernel<T, D, HEADS>>((p.num_seq + p.group - 1) / p.group, 256,
-                                                                   FusedSm90<T, D, HEADS>::SMEM, stream, p);
+        if (p.arch == 90) {
+          using F = FusedSm90<T, D, HEADS>;
+#if AXIAL_FUSED_OUT_TMA && AXIAL_FUSED_QKV_TMA
+          if constexpr (F::OUT_TMA) {  // (a driver without the encoder: the cp.async kernel below)
+            CUtensorMap omap;
+            if (encode_weight_map<T>(&omap, p.w_out, D, D, 64, F::OUT_BNW) == cudaSuccess)
+              return launch_with_smem<fused_sm90_otma_kernel<T, D, HEADS>>((p.num_seq + p.group - 1) / p.group, 256,
+                                                                           F::SMEM, stream, p, omap);
+          }
+#endif
+          return launch_with_smem<fused_sm90_kernel<T, D, HEADS>>((p.num_seq + p.group - 1) / p.group, 256, F::SMEM,
+                                                                   stream, p);
+        }
       }
       return cudaErrorInvalidValue;  // plan_pass never chooses it here
     }

@@ -786,17 +786,32 @@ __device__ __forceinline__ void wg_gemm(const T* A, const T* W, T* ws, Epi&& epi
 
 // wg_gemm with the weight chunks loaded by tensor-map copies (the output projections' experiment
 // -DAXIAL_FUSED_OUT_TMA=1, session 11, not yet run): thread 0 of the block issues each chunk's copy
-// (`map`: W with boxes of KW x CN, the 64-byte swizzle, encode_weight_map) into stage it % S, which
+// (`map`: W with boxes of KW x CN, the KW * 2-byte swizzle, encode_weight_map) into stage it % S, which
 // signals `full[s]` (the chunk's bytes), and refills a stage once every warp has released the chunk
 // that used it on `empty[s]` (8 arrivals); S chunks are in flight from the start, S - 1 ahead of the
 // one multiplied after. No cp.async, no block barrier per step: each costs a warp an mbarrier wait,
 // its products and a release. The S mbarriers of each kind at `full` and `empty` must be initialised
-// (1 and 8 arrivals) and fenced, and A written and fenced, before every thread of the block enters;
+// (out_tma_barriers), and A written and fenced, before every thread of the block enters;
 // `ws` (1024-aligned) must no longer be read or written by anything else.
+// wg_gemm_tma's mbarriers, S of each kind at `full` and `empty` in memory nothing else uses any more:
+// initialised by thread 0, then a block barrier (every thread of the block calls this).
+template <int S>
+__device__ __forceinline__ void out_tma_barriers(uint32_t full, uint32_t empty) {
+  if (threadIdx.x == 0) {
+    for (int k = 0; k < S; ++k) {
+      mbar_init(full + 8 * k, 1);
+      mbar_init(empty + 8 * k, 8);
+    }
+    fence_mbar_init_cluster();
+  }
+  __syncthreads();
+}
+
 template <class T, int WGM, int WGN, int BNW, int N, int K, int S, int KW, class Epi>
 __device__ __forceinline__ void wg_gemm_tma(const T* A, const void* map, uint32_t ws, uint32_t full, uint32_t empty,
                                             Epi&& epi) {
-  static_assert(WGM * WGN == 2 && (BNW == 64 || BNW == 128) && S >= 2 && KW == 32, "2 warpgroups, 32-deep chunks");
+  static_assert(WGM * WGN == 2 && (BNW == 64 || BNW == 128) && S >= 2 && (KW == 32 || KW == 64),
+                "2 warpgroups, 32- or 64-deep chunks");
   constexpr int BM = 64 * WGM, CN = WGN * BNW, KC = K / KW, ITERS = (N / CN) * KC, RB = KW * 2;
   constexpr uint32_t STAGE = CN * RB;
   static_assert(N % CN == 0 && K % 64 == 0 && CN <= 256, "weight chunks must tile the weight; boxes of <= 256 rows");
