@@ -784,89 +784,6 @@ __device__ __forceinline__ void wg_gemm(const T* A, const T* W, T* ws, Epi&& epi
 #endif
 }
 
-// wg_gemm with the weight chunks loaded by tensor-map copies (the output projections' experiment
-// -DAXIAL_FUSED_OUT_TMA=1, session 11, not yet run): thread 0 of the block issues each chunk's copy
-// (`map`: W with boxes of KW x CN, the KW * 2-byte swizzle, encode_weight_map) into stage it % S, which
-// signals `full[s]` (the chunk's bytes), and refills a stage once every warp has released the chunk
-// that used it on `empty[s]` (8 arrivals); S chunks are in flight from the start, S - 1 ahead of the
-// one multiplied after. No cp.async, no block barrier per step: each costs a warp an mbarrier wait,
-// its products and a release. The S mbarriers of each kind at `full` and `empty` must be initialised
-// (out_tma_barriers), and A written and fenced, before every thread of the block enters;
-// `ws` (1024-aligned) must no longer be read or written by anything else.
-// wg_gemm_tma's mbarriers, S of each kind at `full` and `empty` in memory nothing else uses any more:
-// initialised by thread 0, then a block barrier (every thread of the block calls this).
-template <int S>
-__device__ __forceinline__ void out_tma_barriers(uint32_t full, uint32_t empty) {
-  if (threadIdx.x == 0) {
-    for (int k = 0; k < S; ++k) {
-      mbar_init(full + 8 * k, 1);
-      mbar_init(empty + 8 * k, 8);
-    }
-    fence_mbar_init_cluster();
-  }
-  __syncthreads();
-}
-
-template <class T, int WGM, int WGN, int BNW, int N, int K, int S, int KW, class Epi>
-__device__ __forceinline__ void wg_gemm_tma(const T* A, const void* map, uint32_t ws, uint32_t full, uint32_t empty,
-                                            Epi&& epi) {
-  static_assert(WGM * WGN == 2 && (BNW == 64 || BNW == 128) && S >= 2 && (KW == 32 || KW == 64),
-                "2 warpgroups, 32- or 64-deep chunks");
-  constexpr int BM = 64 * WGM, CN = WGN * BNW, KC = K / KW, ITERS = (N / CN) * KC, RB = KW * 2;
-  constexpr uint32_t STAGE = CN * RB;
-  static_assert(N % CN == 0 && K % 64 == 0 && CN <= 256, "weight chunks must tile the weight; boxes of <= 256 rows");
-  const int wg = threadIdx.x >> 7, wm = wg % WGM, wn = wg / WGM;
-  const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const uint32_t a_base = smem_u32(A) + wm * 64 * 128, w_base = ws + wn * BNW * RB;
-  auto load = [&](int it) {  // thread 0 only
-    if (it < ITERS) {
-      const int s = it % S;
-      if (it >= S) mbar_wait(empty + 8 * s, ((it / S) - 1) & 1);  // every warp released chunk it - S
-      mbar_arrive_expect_tx(full + 8 * s, STAGE);
-      tma_load_2d(ws + s * STAGE, map, (it % KC) * KW, (it / KC) * CN, full + 8 * s);
-    }
-  };
-  // (Each of thread 0's loads is followed by __syncwarp: warp 0 must be converged again before its
-  // next wgmma, which the whole warp executes together.)
-  if (threadIdx.x == 0)
-    for (int it = 0; it < S; ++it) load(it);
-  __syncwarp();
-  float acc[BNW / 2];
-#pragma unroll
-  for (int i = 0; i < BNW / 2; ++i) acc[i] = 0.f;
-  constexpr bool PREFETCH = HasAddend<std::decay_t<Epi>>::value;
-  using Add = typename AddendOf<std::decay_t<Epi>, PREFETCH>::type;
-  Add add[PREFETCH ? BNW / 8 : 1][2];
-  for (int nc = 0; nc < N / CN; ++nc) {
-    if constexpr (PREFETCH) load_addends<BNW>(epi, add, wm * 64 + warp * 16 + g, nc * CN + wn * BNW, t);
-    for (int kc = 0; kc < KC; ++kc) {
-      const int it = nc * KC + kc, s = it % S;
-      mbar_wait(full + 8 * s, (it / S) & 1);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < KW / 16; ++kk) {
-        const int ka = kc * KW + kk * 16;
-        Wgmma<T, BNW>::mma(acc, sw128_desc(a_base + (ka >> 6) * BM * 128 + (ka & 63) * 2),
-                           swz_desc<RB>(w_base + s * STAGE + kk * 32), kc > 0 || kk > 0);
-      }
-      wgmma_commit();
-      wgmma_wait<1>();  // chunk it - 1's products are done: release it, refill its stage
-      if (kc > 0) {
-        if (lane == 0) mbar_arrive(empty + 8 * ((it - 1) % S));
-        if (threadIdx.x == 0) load(it - 1 + S);
-        __syncwarp();
-      }
-    }
-    wgmma_wait<0>();
-    fence_regs(acc);
-    const int last = nc * KC + KC - 1;
-    if (lane == 0) mbar_arrive(empty + 8 * (last % S));
-    if (threadIdx.x == 0) load(last + S);
-    __syncwarp();
-    chunk_epilogue<T, BNW, false, PREFETCH>(acc, add, wm * 64 + warp * 16 + g, nc * CN + wn * BNW, t, epi);
-  }
-}
-
 // Warp-specialized form of wg_gemm (K1's product; -DAXIAL_FUSED_QKV_WS=0 puts K1 back on wg_gemm).
 // The same product, Y = A @ W^T with VEC8 epilogues, but the weight chunks (CN x KW, KW = 32, SW64) come from one producer warp, and
 // each stage has two mbarriers: full[s] (32 arrivals: each producer lane's cp.async of the chunk have
@@ -1052,6 +969,82 @@ __device__ __forceinline__ void wg_gemm_ws_consume(const T* A, const T* ws, uint
     printf("k1 clocks N %d K %d BNW %d KW %d S %d block %d wg %d: stage-wait+issue %lld mma-wait %lld epilogue %lld\n",
            N, K, BNW, KW, S, int(blockIdx.x), int(threadIdx.x >> 7), phase_[0], phase_[1], phase_[2]);
 #endif
+}
+
+// wg_gemm_tma's mbarriers, S of each kind at `full` and `empty` in memory nothing else uses any more:
+// initialised by thread 0, then a block barrier (every thread of the block calls this).
+template <int S>
+__device__ __forceinline__ void out_tma_barriers(uint32_t full, uint32_t empty) {
+  if (threadIdx.x == 0) {
+    for (int k = 0; k < S; ++k) {
+      mbar_init(full + 8 * k, 1);
+      mbar_init(empty + 8 * k, 8);
+    }
+    fence_mbar_init_cluster();
+  }
+  __syncthreads();
+}
+
+// wg_gemm with the weight chunks loaded by tensor-map copies (the output projections' experiment
+// -DAXIAL_FUSED_OUT_TMA=1, session 11, not yet run): thread 0 of the block issues each chunk's copy
+// (`map`: W with boxes of KW x CN, the KW * 2-byte swizzle, encode_weight_map) into stage it % S, which
+// signals `full[s]` (the chunk's bytes), and refills a stage once every warp has released the chunk
+// that used it on `empty[s]` (8 arrivals); S chunks are in flight from the start, S - 1 ahead of the
+// one multiplied after. No cp.async, no block barrier per step: each costs a warp an mbarrier wait,
+// its products and a release. The S mbarriers of each kind at `full` and `empty` must be initialised
+// (out_tma_barriers), and A written and fenced, before every thread of the block enters;
+// `ws` (1024-aligned) must no longer be read or written by anything else.
+template <class T, int WGM, int WGN, int BNW, int N, int K, int S, int KW, class Epi>
+__device__ __forceinline__ void wg_gemm_tma(const T* A, const void* map, uint32_t ws, uint32_t full, uint32_t empty,
+                                            Epi&& epi) {
+  static_assert(WGM * WGN == 2 && (BNW == 64 || BNW == 128) && S >= 2 && (KW == 32 || KW == 64),
+                "2 warpgroups, 32- or 64-deep chunks");
+  constexpr int BM = 64 * WGM, CN = WGN * BNW, KC = K / KW, ITERS = (N / CN) * KC, RB = KW * 2;
+  constexpr uint32_t STAGE = CN * RB;
+  static_assert(N % CN == 0 && K % 64 == 0 && CN <= 256, "weight chunks must tile the weight; boxes of <= 256 rows");
+  const int wg = threadIdx.x >> 7, wm = wg % WGM, wn = wg / WGM;
+  const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const uint32_t a_base = smem_u32(A) + wm * 64 * 128, w_base = ws + wn * BNW * RB;
+  auto load = [&](int it) {  // thread 0 only
+    if (it < ITERS) {
+      const int s = it % S;
+      if (it >= S) mbar_wait(empty + 8 * s, ((it / S) - 1) & 1);  // every warp released chunk it - S
+      mbar_arrive_expect_tx(full + 8 * s, STAGE);
+      tma_load_2d(ws + s * STAGE, map, (it % KC) * KW, (it / KC) * CN, full + 8 * s);
+    }
+  };
+  // (Each of thread 0's loads is followed by __syncwarp: warp 0 must be converged again before its
+  // next wgmma, which the whole warp executes together.)
+  if (threadIdx.x == 0)
+    for (int it = 0; it < S; ++it) load(it);
+  __syncwarp();
+  float acc[BNW / 2];
+#pragma unroll
+  for (int i = 0; i < BNW / 2; ++i) acc[i] = 0.f;
+  constexpr bool PREFETCH = HasAddend<std::decay_t<Epi>>::value;
+  using Add = typename AddendOf<std::decay_t<Epi>, PREFETCH>::type;
+  Add add[PREFETCH ? BNW / 8 : 1][2];
+  for (int nc = 0; nc < N / CN; ++nc) {
+    if constexpr (PREFETCH) load_addends<BNW>(epi, add, wm * 64 + warp * 16 + g, nc * CN + wn * BNW, t);
+    for (int kc = 0; kc < KC; ++kc) {
+      const int it = nc * KC + kc;
+      ws_step<T, BM, BNW, CN, S, KW, true>(acc, a_base, w_base, full, it, kc);  // (copy-engine chunks: no proxy fence)
+      wgmma_commit();
+      wgmma_wait<1>();  // chunk it - 1's products are done: release it, refill its stage
+      if (kc > 0) {
+        if (lane == 0) mbar_arrive(empty + 8 * ((it - 1) % S));
+        if (threadIdx.x == 0) load(it - 1 + S);
+        __syncwarp();
+      }
+    }
+    wgmma_wait<0>();
+    fence_regs(acc);
+    const int last = nc * KC + KC - 1;
+    if (lane == 0) mbar_arrive(empty + 8 * (last % S));
+    if (threadIdx.x == 0) load(last + S);
+    __syncwarp();
+    chunk_epilogue<T, BNW, false, PREFETCH>(acc, add, wm * 64 + warp * 16 + g, nc * CN + wn * BNW, t, epi);
+  }
 }
 
 }  // namespace axial_fused
