@@ -114,16 +114,17 @@ def test_tile_store_k1_writes_q_k_v_only_through_the_copy_engine(tmp_path):
     assert "global stores: none" in out, out
 
 
-def test_esm_k1_takes_a_quarter_of_a_from_registers(tmp_path):
-    # Session 11's register A (docs/performance.md): at D = 768 K1's cluster form keeps A's first four
-    # 64-column panels in registers, so 16 of each column chunk's 48 k-steps are register-A products
-    # (HGMMA with a register operand before the weight's descriptor), the rest read A from shared
-    # memory. -DAXIAL_FUSED_QKV_RS=0 (the old form) has none.
+def test_esm_k1_takes_half_of_a_from_registers(tmp_path):
+    # Register A (sessions 11-12, docs/performance.md): at D = 768 K1's cluster form (384 threads,
+    # setmaxnreg) keeps A's first six 64-column panels in registers, so 24 of each column chunk's 48
+    # k-steps are register-A products (HGMMA with a register operand before the weight's descriptor),
+    # the rest read A from shared memory. -DAXIAL_FUSED_QKV_RS=0 (the old form) has none; the
+    # 288-thread form (-DAXIAL_FUSED_QKV_WIDE=0) has 16.
     rs = r"HGMMA\.64x128x16\S* R\d+, R\d+, gdesc"
     source = ROOT / "kernels" / "axial_bf16_d768_h12.cu"
     out = _sass_loops(tmp_path, [], "--count", rs, kernel="ln_qkv_sm90_tma", source=source)
     m = re.search(r"matching .*: (\d+)", out)
-    assert m and int(m.group(1)) == 16, out
+    assert m and int(m.group(1)) == 24, out
     # The one-block fallback of the same specialization (no tensor map) keeps A in shared memory: its
     # cp.async producer fills only the plain ring (register A there would hang it; e5eeb9b had it).
     out = _sass_loops(tmp_path, [], "--count", rs, kernel="ln_qkv_sm90_kernel", source=source)

@@ -20,7 +20,7 @@
 
 #include "axial_fused/wgmma.cuh"
 #if AXIAL_FUSED_OUT_TMA
-#include <cuda.h>  // CUtensorMap (the -DAXIAL_FUSED_OUT_TMA=1 experiment)
+#include <cuda.h>  // CUtensorMap (the tensor-map output projection)
 #endif
 
 namespace axial_fused {
@@ -97,17 +97,14 @@ struct AttnSm90 {
   static constexpr size_t OUT_STAGE = size_t(WGN) * OUT_BNW * OUT_KW * 2;
   static constexpr int OUT_S = int(RING / OUT_STAGE) < 6 ? int(RING / OUT_STAGE) : 6;
   static constexpr size_t SMEM = FIXED + RING;
-  // Kernel experiment (session 11, default off, not yet run): -DAXIAL_FUSED_OUT_TMA=1 streams the
-  // output projection's weight by tensor-map copies (wg_gemm_tma: thread 0 issues them, full / empty
-  // mbarriers per stage, no cp.async and no block barrier per step; the mbarriers where the first
-  // warpgroup's queries were, free by then). Counted from session 11's phase clocks: at esm the
-  // projection takes ~58-60k cycles a block (wg_gemm: a block barrier, a cp.async wait and 4 copies
-  // per thread per step) against ~18k of products and ~23k of shared-memory traffic, and it is most
-  // of the L = 64 pass.
-#ifndef AXIAL_FUSED_OUT_TMA
-#define AXIAL_FUSED_OUT_TMA 0
-#endif
-  static constexpr bool OUT_TMA = AXIAL_FUSED_OUT_TMA && OUT_KW == 32 && WGM * WGN == 2 && OUT_BNW >= 64 &&
+  // The output projection's weight by tensor-map copies (wg_gemm_tma: thread 0 issues them, full /
+  // empty mbarriers per stage, no cp.async and no block barrier per step; the mbarriers where the
+  // first warpgroup's queries were, free by then), at D <= 256 by default (AXIAL_FUSED_OUT_TMA,
+  // wgmma.cuh). Counted from session 11's phase clocks: at esm the cp.async projection takes ~58-60k
+  // cycles a block (a block barrier, a cp.async wait and 4 copies per thread per step) against ~18k
+  // of products and ~23k of shared-memory traffic. Measured (session 12): msa 326.9 -> 316.2 us per
+  // pass, but esm 241.0 -> 251.6, so not at D = 768.
+  static constexpr bool OUT_TMA = (AXIAL_FUSED_OUT_TMA == 1 || (AXIAL_FUSED_OUT_TMA == 2 && D <= 256)) && OUT_KW == 32 && WGM * WGN == 2 && OUT_BNW >= 64 &&
                                   WGN * OUT_BNW <= 256 && OUT_S <= 8;
   // Kernel experiment (-DAXIAL_FUSED_ATTN_PINGPONG=1): FlashAttention-3's ping-pong, the warpgroups
   // taking turns to issue their products (named barriers 3 and 4) so that one's softmax runs while

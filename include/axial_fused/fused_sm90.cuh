@@ -21,7 +21,7 @@
 #pragma once
 #include "axial_fused/wgmma.cuh"
 #if AXIAL_FUSED_OUT_TMA
-#include <cuda.h>  // CUtensorMap (the -DAXIAL_FUSED_OUT_TMA=1 experiment)
+#include <cuda.h>  // CUtensorMap (the tensor-map output projection)
 #endif
 
 namespace axial_fused {
@@ -50,15 +50,12 @@ struct FusedSm90 {
 #endif
   static constexpr int OUT_S = int(RING / (OUT_BNW * 128)) < 6 ? int(RING / (OUT_BNW * 128)) : 6;
   static constexpr size_t SMEM = FIXED + RING;
-  // -DAXIAL_FUSED_OUT_TMA=1 (kernel experiment, attn_sm90.cuh): the output projection's weight by
+  // -DAXIAL_FUSED_OUT_TMA=1 (kernel experiment; wgmma.cuh): the output projection's weight by
   // tensor-map copies here too (wg_gemm_tma, 64-deep chunks; session 6 measured this projection at
   // ~30k cycles per block at latent against ~4k at the tensor rate). Its mbarriers (full[8],
   // empty[8]) go where the first warpgroup's keys were, free by then (at D = 256 the layout has no
-  // byte to spare).
-#ifndef AXIAL_FUSED_OUT_TMA
-#define AXIAL_FUSED_OUT_TMA 0
-#endif
-  static constexpr bool OUT_TMA = AXIAL_FUSED_OUT_TMA && OUT_S <= 8;
+  // byte to spare). Measured at latent (session 12): 75.8 -> 76.0 us per pass, so off by default.
+  static constexpr bool OUT_TMA = AXIAL_FUSED_OUT_TMA == 1 && OUT_S <= 8;
   // Where the kernel exists: head_dim 32, an even number of heads (the two warpgroups split them), D <= 256
   // (the LayerNorm and output tiles stay resident); plan_pass checks the same.
   static constexpr bool SERVED = HD == 32 && HEADS % 2 == 0 && D <= 256 && SW >= 2 && OUT_S >= 3;

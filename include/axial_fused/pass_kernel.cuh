@@ -584,22 +584,23 @@ struct QkvSm90 {
   // A's size, its consumers keep the first AXIAL_FUSED_QKV_RS 64-column panels of their A rows in
   // registers (wgmma's register-A form) and the ring grows over those panels of A once they have
   // loaded them. Kernel experiments: -DAXIAL_FUSED_QKV_RS=0 (off) or another panel count.
+  // Wide form (session 12's default, WIDE below): the producer is a whole warpgroup (384 threads;
+  // one thread still issues the copies) so registers move between them with setmaxnreg: the
+  // producer warpgroup down to 40 a thread, the consumers up to 232 (FlashAttention-3's split),
+  // room for 6 panels of A in registers and a 16-stage ring. Measured at esm (session 12), us per
+  // K1 pass: 288 threads with 4 panels 210.8, 384 threads with 4 panels 209.0, with 6 panels 197.2.
+  // -DAXIAL_FUSED_QKV_WIDE=0 restores the 288-thread form (with 4 panels unless RS is given).
+#ifndef AXIAL_FUSED_QKV_WIDE
+#define AXIAL_FUSED_QKV_WIDE 1
+#endif
 #ifndef AXIAL_FUSED_QKV_RS
-#define AXIAL_FUSED_QKV_RS 4
+#define AXIAL_FUSED_QKV_RS (AXIAL_FUSED_QKV_WIDE ? 6 : 4)
 #endif
   // (Decided before the budget below, which depends on it through the barriers: a 128-token A that
   // leaves room for fewer than five 8 KB stages but at least three.)
   static constexpr bool RS_MAY = AXIAL_FUSED_QKV_RS && TMA && !ST && size_t(256) * D + 5 * 8192 > 227 * 1024 &&
                                  size_t(256) * D + 3 * 8192 + 4096 <= 227 * 1024;
   static constexpr size_t BAR_BYTES = WS ? (RS_MAY ? 32 : 16) * 8 : 0;  // full[SB] and empty[SB], SB <= 8 (16 with RS)
-  // Kernel experiment (session 11, default off, not yet run): -DAXIAL_FUSED_QKV_WIDE=1 (with RS) gives
-  // the producer a whole warpgroup (384 threads; one thread still issues the copies) so registers
-  // can move between them with setmaxnreg: the producer warpgroup down to 40 a thread, the
-  // consumers up to 232 (FlashAttention-3's split), room for 6 panels of A in registers
-  // (-DAXIAL_FUSED_QKV_RS=6: 16 stages).
-#ifndef AXIAL_FUSED_QKV_WIDE
-#define AXIAL_FUSED_QKV_WIDE 0
-#endif
   static constexpr bool WIDE = AXIAL_FUSED_QKV_WIDE && RS_MAY;
   static constexpr int THREADS = WIDE ? 384 : WS ? 288 : 256;
   static constexpr size_t SLACK = 128 * sizeof(int64_t) + BAR_BYTES + 1024;  // row offsets, barriers, alignment
@@ -661,8 +662,9 @@ struct QkvSm90 {
   // done, and the ring (stages 0 .. S - 1 first, then SB - S more over A's first n panels, which the
   // layout puts right after the ring) has SB stages. Measured at esm (session 11), us per K1 pass:
   // n = 0 (4 stages) 285, n = 3 (10 stages) 234, n = 4 (12 stages, 96 KB in flight) 211. The
-  // register budget (168 a thread: ptxas allots whole warpgroups, 384 threads' worth) bounds n: 5
-  // spills and serialises the wgmmas. Only where the ring is held by A's size (S_FIT <= S_CAP: esm's
+  // register budget bounds n: with 288 threads (168 a thread: ptxas allots whole warpgroups, 384
+  // threads' worth) 5 spills and serialises the wgmmas; the wide form's 232 take n = 6 (16 stages,
+  // 128 KB in flight; session 12: 197). Only where the ring is held by A's size (S_FIT <= S_CAP: esm's
   // D = 768; not D = 512, whose ring could grow without it).
   static constexpr int RS_PANELS = AXIAL_FUSED_QKV_RS;  // 64-column panels of A held in registers
   static constexpr size_t RS_BYTES = size_t(BM) * 128 * RS_PANELS;

@@ -19,6 +19,15 @@
 
 #include "axial_fused/warp_mma.cuh"
 
+// The output projections' weight by tensor-map copies (wg_gemm_tma; AttnSm90::OUT_TMA and
+// FusedSm90::OUT_TMA say where). 2, the default: the attention kernel at D <= 256, where it measured
+// faster (session 12, msa, D = 256: 326.9 -> 316.2 us per pass; at D = 768 (esm) it was slower,
+// 241.0 -> 251.6; the Hopper fused kernel at latent unchanged, 75.8 -> 76.0). 1: both kernels at
+// every D (the session 11 experiment); 0: neither (cp.async projections only).
+#ifndef AXIAL_FUSED_OUT_TMA
+#define AXIAL_FUSED_OUT_TMA 2
+#endif
+
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define AXIAL_FUSED_SM90 1
 #else
@@ -985,8 +994,8 @@ __device__ __forceinline__ void out_tma_barriers(uint32_t full, uint32_t empty) 
   __syncthreads();
 }
 
-// wg_gemm with the weight chunks loaded by tensor-map copies (the output projections' experiment
-// -DAXIAL_FUSED_OUT_TMA=1, session 11, not yet run): thread 0 of the block issues each chunk's copy
+// wg_gemm with the weight chunks loaded by tensor-map copies (the output projections where
+// AXIAL_FUSED_OUT_TMA, above, puts them; written in session 11, measured in session 12): thread 0 of the block issues each chunk's copy
 // (`map`: W with boxes of KW x CN, the KW * 2-byte swizzle, encode_weight_map) into stage it % S, which
 // signals `full[s]` (the chunk's bytes), and refills a stage once every warp has released the chunk
 // that used it on `empty[s]` (8 arrivals); S chunks are in flight from the start, S - 1 ahead of the
