@@ -58,7 +58,7 @@ struct AttnSm90 {
   static constexpr bool WANT2 = PAIR;
 #endif
   static constexpr int RB = HD * 2;                              // bytes per row of one head's q, k or v
-  // Kernel experiment -DAXIAL_FUSED_ATTN_ROW_RUN=1 (session 9, not yet run on a GPU): the output
+  // Kernel experiment -DAXIAL_FUSED_ATTN_ROW_RUN=1 (session 9; session 10: msa -7 / -5 us, not adopted): the output
   // projection addresses its rows as first offset + token stride (RowRun: a block's queries are
   // consecutive tokens of one sequence) instead of a 1 KB table of offsets (at BM = 64). In the pair
   // form that 1 KB is what a fourth ring stage misses: SW 3 -> 4, so a warpgroup requests two key /

@@ -36,7 +36,8 @@
 
 namespace axial_fused {
 
-// Kernel experiment (session 11, default off, not yet run): -DAXIAL_FUSED_PDL=1 launches every kernel
+// Kernel experiment (session 11, default off; session 12: at most 0.7 us per forward on the small
+// shapes, within spread, so not adopted): -DAXIAL_FUSED_PDL=1 launches every kernel
 // on Hopper with programmatic dependent launch (the stream-serialization attribute,
 // launch_with_smem), and each kernel begins with pdl_entry(): wait until the grid before it has
 // finished and its writes are visible (griddepcontrol.wait, so nothing is read early), then let the
@@ -835,8 +836,8 @@ __device__ __forceinline__ void wg_gemm_ws_produce(const T* W, T* ws, uint32_t f
 // us per pass faster there). full[s] (1 arrival: the local producer's, expecting the whole chunk's
 // bytes, half from each block's copy); empty[s] (16 arrivals: every consumer warp of both blocks,
 // since either block's copy writes into both). `map` is the weight's tensor map (box KW x CN / 2).
-// Kernel experiment (session 10, default off, not yet run): -DAXIAL_FUSED_QKV_CLUSTER=4, clusters of
-// four blocks, each loading a quarter of every chunk into all four (L2 weight reads halved again;
+// Kernel experiment (session 10, default off; session 11: esm K1 285 -> 421 us, not adopted):
+// -DAXIAL_FUSED_QKV_CLUSTER=4, clusters of four blocks, each loading a quarter of every chunk into all four (L2 weight reads halved again;
 // `empty` takes 32 arrivals). In general: kQkvCluster blocks, CN / kQkvCluster rows each.
 #ifndef AXIAL_FUSED_QKV_CLUSTER
 #define AXIAL_FUSED_QKV_CLUSTER 2
