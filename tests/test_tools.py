@@ -144,3 +144,21 @@ def test_tensor_map_output_projection_loads_by_copy_engine_alone(tmp_path, kerne
     loops = re.findall(r"loop \S+: \d+ instructions, (\d+) tensor-core products, (\d+) cp.async, "
                        r"(\d+) named/block barriers, (\d+) mbarrier ops", out)
     assert any(int(p) >= 1 and int(c) == 0 and int(b) == 0 and int(mb) >= 1 for p, c, b, mb in loops), out
+
+
+def test_split_pass_kernels_stream_by_copy_engine(tmp_path):
+    # The -DAXIAL_FUSED_ATTN_SPLIT=1 experiment (session 12): at D = 768 the attention kernel writes
+    # each head's output into the scratch as 16-byte vectors (STG.E.128) and keeps no output tile;
+    # the output projection is its own GEMM, whose loop takes both operands from tensor-map copies
+    # (UTMALDG) and waits on mbarriers only: no cp.async, no block barrier.
+    source = ROOT / "kernels" / "axial_bf16_d768_h12.cu"
+    flags = ["-DAXIAL_FUSED_ATTN_SPLIT=1"]
+    out = _sass_loops(tmp_path, flags, "--all", "--count", r"STG\.E\.128", kernel="attn_sm90_split", source=source)
+    m = re.search(r"matching .*: (\d+)", out)
+    assert m and int(m.group(1)) >= 1, out
+    out = _sass_loops(tmp_path, flags, "--all", "--count", r"UTMALDG", kernel="out_gemm_sm90", source=source)
+    m = re.search(r"matching .*: (\d+)", out)
+    assert m and int(m.group(1)) >= 2, out
+    loops = re.findall(r"loop \S+: \d+ instructions, (\d+) tensor-core products, (\d+) cp.async, "
+                       r"(\d+) named/block barriers, (\d+) mbarrier ops", out)
+    assert any(int(p) >= 1 and int(c) == 0 and int(b) == 0 and int(mb) >= 1 for p, c, b, mb in loops), out

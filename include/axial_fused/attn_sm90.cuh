@@ -19,13 +19,31 @@
 #include <type_traits>
 
 #include "axial_fused/wgmma.cuh"
+// The split pass (AttnSm90's SPLIT, kernel experiment): 1 at D >= AXIAL_FUSED_ATTN_SPLIT_MIN_D.
+#ifndef AXIAL_FUSED_ATTN_SPLIT
+#define AXIAL_FUSED_ATTN_SPLIT 0
+#endif
+#ifndef AXIAL_FUSED_ATTN_SPLIT_MIN_D
+#define AXIAL_FUSED_ATTN_SPLIT_MIN_D 512
+#endif
 #if AXIAL_FUSED_OUT_TMA
 #include <cuda.h>  // CUtensorMap (the tensor-map output projection)
 #endif
 
 namespace axial_fused {
 
-template <class T, int D, int HEADS>
+// SPLIT (kernel experiment -DAXIAL_FUSED_ATTN_SPLIT=1, session 12, not yet run on a GPU): the
+// attention alone, each head's output written into its own q columns of the scratch (those rows' q
+// of that head are read by this block only, and already read), and the output projection left to
+// out_gemm_sm90_kernel (out_gemm_sm90.cuh). Why: at D > 256 the fused form keeps all heads' output
+// O[BM][D] in shared memory for the projection, which holds a block to 64 queries (at esm 96 KB of
+// O), so every 64 queries re-read the sequence's keys and values (esm, L = 512: 1.5 MB a block, 786
+// MB a pass) and the whole W_out (1.2 MB a block, 604 MB a pass), and its ring to 3 stages. Split,
+// a block takes 128 queries (each key / value tile serves both halves) with a 4-stage ring, for
+// 100 MB more HBM traffic a pass (O written and read once). Counted at esm: K2 316 / 161 us per
+// pass now; the attention part ~205 / ~60 of that (session 11's phase clocks) and the projection as
+// a GEMM ~70 at the measured matmul rate: predicted ~170 + 70 / ~55 + 70.
+template <class T, int D, int HEADS, bool SPLIT = false>
 struct AttnSm90 {
   static constexpr int HD = D / HEADS;
   // At head_dim 32 (where D is a multiple of 128: two 64-row warpgroups side by side in the output
@@ -40,11 +58,11 @@ struct AttnSm90 {
 #ifndef AXIAL_FUSED_ATTN_PAIR
 #define AXIAL_FUSED_ATTN_PAIR 1
 #endif
-  static constexpr bool PAIR = AXIAL_FUSED_ATTN_PAIR && HD == 32 && D % 128 == 0;
+  static constexpr bool PAIR = !SPLIT && AXIAL_FUSED_ATTN_PAIR && HD == 32 && D % 128 == 0;
 #ifdef AXIAL_FUSED_ATTN_BM
   static constexpr int BM = AXIAL_FUSED_ATTN_BM;
 #else
-  static constexpr int BM = PAIR || D > 256 ? 64 : 128;  // queries per block
+  static constexpr int BM = SPLIT ? 128 : PAIR || D > 256 ? 64 : 128;  // queries per block
 #endif
   static constexpr int MT = BM / 64;                       // 64-row halves
 #ifdef AXIAL_FUSED_ATTN_BN_HD32
@@ -68,8 +86,8 @@ struct AttnSm90 {
 #define AXIAL_FUSED_ATTN_ROW_RUN 0
 #endif
   static constexpr bool ROW_RUN = AXIAL_FUSED_ATTN_ROW_RUN;
-  static constexpr size_t OFFS = ROW_RUN ? 0 : 2ull * BM * sizeof(int64_t);
-  static constexpr size_t O_BYTES = size_t(BM) * D * 2;         // attention output tile, SW128
+  static constexpr size_t OFFS = ROW_RUN || SPLIT ? 0 : 2ull * BM * sizeof(int64_t);
+  static constexpr size_t O_BYTES = SPLIT ? 0 : size_t(BM) * D * 2;  // attention output tile, SW128
   static constexpr size_t Q_BYTES = size_t(BM) * RB;            // one head's queries
   static constexpr size_t STAGE = 2ull * BN * RB;               // one key tile: k rows, then v rows
   // Per warpgroup: two query buffers (this head's, the next one's) and SW ring stages.
@@ -104,8 +122,8 @@ struct AttnSm90 {
   // cycles a block (a block barrier, a cp.async wait and 4 copies per thread per step) against ~18k
   // of products and ~23k of shared-memory traffic. Measured (session 12): msa 326.9 -> 316.2 us per
   // pass, but esm 241.0 -> 251.6, so not at D = 768.
-  static constexpr bool OUT_TMA = (AXIAL_FUSED_OUT_TMA == 1 || (AXIAL_FUSED_OUT_TMA == 2 && D <= 256)) && OUT_KW == 32 && WGM * WGN == 2 && OUT_BNW >= 64 &&
-                                  WGN * OUT_BNW <= 256 && OUT_S <= 8;
+  static constexpr bool OUT_TMA = !SPLIT && (AXIAL_FUSED_OUT_TMA == 1 || (AXIAL_FUSED_OUT_TMA == 2 && D <= 256)) &&
+                                  OUT_KW == 32 && WGM * WGN == 2 && OUT_BNW >= 64 && WGN * OUT_BNW <= 256 && OUT_S <= 8;
   // Kernel experiment (-DAXIAL_FUSED_ATTN_PINGPONG=1): FlashAttention-3's ping-pong, the warpgroups
   // taking turns to issue their products (named barriers 3 and 4) so that one's softmax runs while
   // the other's products do (needs equal unit counts: an even number of heads). Measured at msa it
@@ -114,7 +132,8 @@ struct AttnSm90 {
 #define AXIAL_FUSED_ATTN_PINGPONG 0
 #endif
   static constexpr bool PINGPONG = AXIAL_FUSED_ATTN_PINGPONG && HEADS % 2 == 0;
-  static constexpr bool SERVED = (HD == 32 || HD == 64) && D % (64 * WGN) == 0 && SW >= 2 && OUT_S >= 3;
+  static constexpr bool SERVED =
+      (HD == 32 || HD == 64) && (SPLIT ? SW >= 3 : D % (64 * WGN) == 0 && SW >= 2 && OUT_S >= 3);
   static_assert(!SERVED || (O_BYTES % 1024 == 0 && Q_BYTES % 1024 == 0 && STAGE % 1024 == 0), "1024-byte aligned tiles");
 };
 
@@ -180,10 +199,11 @@ __device__ __forceinline__ void cp_async_wait_upto(int n) {
 
 // The kernel's body; OTMA (AttnSm90::OUT_TMA): the output projection's weight by tensor-map copies
 // from `omap` (W_out with boxes of OUT_KW x WGN * OUT_BNW).
-template <class T, int D, int HEADS, bool OTMA = false>
+// SPLIT: the attention alone (AttnSm90's SPLIT).
+template <class T, int D, int HEADS, bool OTMA = false, bool SPLIT = false>
 __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* omap = nullptr) {
 #if AXIAL_FUSED_SM90  // (sm_90a device code only, as the kernels' bodies: the host pass never sees it)
-  using C = AttnSm90<T, D, HEADS>;
+  using C = AttnSm90<T, D, HEADS, SPLIT>;
   static_assert(C::SERVED, "attn_sm90_kernel instantiated for a configuration it does not serve");
   static_assert(!OTMA || C::OUT_TMA, "the tensor-map output projection needs its mbarriers");
   constexpr int BM = C::BM, MT = C::MT, BN = C::BN, HD = C::HD, RB = C::RB, SW = C::SW, CH = RB / 16;
@@ -206,7 +226,7 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
   const int q0 = int(blockIdx.x % nqt) * BM;
   const T* qkv = static_cast<const T*>(p.scratch) + s * L * (3 * D);
 
-  if constexpr (!C::ROW_RUN) {
+  if constexpr (!C::ROW_RUN && !SPLIT) {
     for (int r = tid; r < BM; r += 256) {
       const bool ok = q0 + r < L;
       xo[r] = ok ? x_offset(p, s, q0 + r) : -1;
@@ -376,7 +396,8 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
     keep_regs(p_buf[1]);
 #pragma unroll
     for (int mm = 0; mm < MT; ++mm) fence_regs(o[mm]);
-    // O_h / rowsum into head h's columns of the output tile.
+    // O_h / rowsum into head h's columns of the output tile (SPLIT: of the scratch's q, as 16-byte
+    // vectors; rows past the sequence's end are not written).
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
       float inv[2];
@@ -388,36 +409,48 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
         inv[hr] = 1.f / l;
       }
       const int r0 = 64 * m + warp * 16 + g;
+      if constexpr (SPLIT) {
+        float ov[HD / 2];  // (a copy: writing the accumulators themselves makes ptxas fence the wgmma)
 #pragma unroll
-      for (int jb = 0; jb < HD / 8; ++jb) {
-        const int c = h * HD + 8 * jb + 2 * t;
-        store2(O + sw128_index<BM>(r0, c), o[m][4 * jb] * inv[0], o[m][4 * jb + 1] * inv[0]);
-        store2(O + sw128_index<BM>(r0 + 8, c), o[m][4 * jb + 2] * inv[1], o[m][4 * jb + 3] * inv[1]);
+        for (int e = 0; e < HD / 2; ++e) ov[e] = o[m][e] * inv[(e >> 1) & 1];
+        T* const o_rows = const_cast<T*>(qkv) + int64_t(q0) * (3 * D);
+        auto put = [&](int r, int c, uint4 v) {
+          if (q0 + r < L) st_global_16(o_rows + int64_t(r) * (3 * D) + c, v);
+        };
+        store_vec8<T, HD>(ov, r0, h * HD, t, put);
+      } else {
+#pragma unroll
+        for (int jb = 0; jb < HD / 8; ++jb) {
+          const int c = h * HD + 8 * jb + 2 * t;
+          store2(O + sw128_index<BM>(r0, c), o[m][4 * jb] * inv[0], o[m][4 * jb + 1] * inv[0]);
+          store2(O + sw128_index<BM>(r0 + 8, c), o[m][4 * jb + 2] * inv[1], o[m][4 * jb + 3] * inv[1]);
+        }
       }
     }
   }
-
-  // out = O @ W_out^T + bias + x, the weight streamed through the rings' space.
-  AXIAL_PHASE(5);
-  cp_async_wait<0>();
-  fence_proxy_async();
-  __syncthreads();
-  AXIAL_PHASE(6);
-  auto project = [&](auto&& epi) {
-    if constexpr (OTMA) {
-      const uint32_t ofull = smem_u32(qbuf), oempty = ofull + 64;  // the first warpgroup's queries, done with
-      out_tma_barriers<C::OUT_S>(ofull, oempty);
-      wg_gemm_tma<T, C::WGM, C::WGN, C::OUT_BNW, D, D, C::OUT_S, C::OUT_KW>(O, omap, smem_u32(ring), ofull, oempty, epi);
+  if constexpr (!SPLIT) {  // (SPLIT: the projection is out_gemm_sm90_kernel's)
+    // out = O @ W_out^T + bias + x, the weight streamed through the rings' space.
+    AXIAL_PHASE(5);
+    cp_async_wait<0>();
+    fence_proxy_async();
+    __syncthreads();
+    AXIAL_PHASE(6);
+    auto project = [&](auto&& epi) {
+      if constexpr (OTMA) {
+        const uint32_t ofull = smem_u32(qbuf), oempty = ofull + 64;  // the first warpgroup's queries, done with
+        out_tma_barriers<C::OUT_S>(ofull, oempty);
+        wg_gemm_tma<T, C::WGM, C::WGN, C::OUT_BNW, D, D, C::OUT_S, C::OUT_KW>(O, omap, smem_u32(ring), ofull, oempty, epi);
+      } else {
+        wg_gemm<T, C::WGM, C::WGN, C::OUT_BNW, D, D, C::OUT_S, false, C::OUT_KW>(O, static_cast<const T*>(p.w_out),
+                                                                                reinterpret_cast<T*>(ring), epi, [] {});
+      }
+    };
+    if constexpr (C::ROW_RUN) {
+      const RowRun rows{x_offset(p, s, q0), p.x_stride_tok, out_offset(p, s, q0), p.o_stride_tok, L - q0 < BM ? L - q0 : BM};
+      project(OutEpilogue<T, RowRun>(p, rows));
     } else {
-      wg_gemm<T, C::WGM, C::WGN, C::OUT_BNW, D, D, C::OUT_S, false, C::OUT_KW>(O, static_cast<const T*>(p.w_out),
-                                                                              reinterpret_cast<T*>(ring), epi, [] {});
+      project(OutEpilogue<T>(p, xo, oo));
     }
-  };
-  if constexpr (C::ROW_RUN) {
-    const RowRun rows{x_offset(p, s, q0), p.x_stride_tok, out_offset(p, s, q0), p.o_stride_tok, L - q0 < BM ? L - q0 : BM};
-    project(OutEpilogue<T, RowRun>(p, rows));
-  } else {
-    project(OutEpilogue<T>(p, xo, oo));
   }
 #ifdef AXIAL_FUSED_PHASE_CLOCK
   if (blockIdx.x < 2 && wtid == 0)
@@ -437,6 +470,19 @@ __global__ void __launch_bounds__(256, AttnSm90<T, D, HEADS>::MINB) attn_sm90_ke
   __trap();
 #endif
 }
+
+#if AXIAL_FUSED_ATTN_SPLIT
+// The attention alone (AttnSm90's SPLIT); out_gemm_sm90_kernel runs the output projection after it.
+template <class T, int D, int HEADS>
+__global__ void __launch_bounds__(256, 1) attn_sm90_split_kernel(const __grid_constant__ PassParams p) {
+#if AXIAL_FUSED_SM90
+  pdl_entry();
+  attn_sm90_body<T, D, HEADS, false, true>(p);
+#else
+  __trap();
+#endif
+}
+#endif
 
 #if AXIAL_FUSED_OUT_TMA
 // The output projection's weight by tensor-map copies (AttnSm90::OUT_TMA); `omap` as attn_sm90_body says.

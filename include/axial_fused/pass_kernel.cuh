@@ -1046,6 +1046,7 @@ __global__ void __launch_bounds__(Tr::THREADS) attn_out_kernel(const __grid_cons
 // OutEpilogue, exp2_ftz from above).
 #include "axial_fused/fused_sm90.cuh"
 #include "axial_fused/attn_sm90.cuh"
+#include "axial_fused/out_gemm_sm90.cuh"
 
 namespace axial_fused {
 
@@ -1149,6 +1150,43 @@ inline cudaError_t launch_k1_tile_store(const PassParams& p, int64_t tokens, cud
 }
 #endif
 
+#if AXIAL_FUSED_ATTN_SPLIT && AXIAL_FUSED_QKV_TMA
+// The split pass's second and third kernels (AttnSm90's SPLIT: the attention alone, then the output
+// projection as a GEMM, out_gemm_sm90.cuh); cudaErrorNotSupported where they do not apply, so the
+// caller launches the fused attention kernel instead.
+template <class T, int D, int HEADS>
+inline cudaError_t launch_split(const PassParams& p, int64_t tokens, cudaStream_t stream) {
+  using A = AttnSm90<T, D, HEADS, true>;
+  using G = OutGemmSm90<T, D>;
+  if constexpr (A::SERVED && G::SERVED && D >= AXIAL_FUSED_ATTN_SPLIT_MIN_D) {
+    if (p.arch != 90 || !p.attn_sm90 || tokens > 0x7fffffffLL - G::BM) return cudaErrorNotSupported;
+    CUtensorMap amap, wmap;
+    // O in the scratch's q columns: [tokens, D] with rows 3D apart; W_out [D, D].
+    if (encode_map<T, 2>(&amap, p.scratch, {cuuint64_t(D), cuuint64_t(tokens)}, {cuuint64_t(3 * D) * sizeof(T)},
+                         {cuuint32_t(G::KW), cuuint32_t(G::BM)}, CU_TENSOR_MAP_SWIZZLE_128B) != cudaSuccess ||
+        encode_weight_map<T>(&wmap, p.w_out, D, D, G::KW, G::BNW) != cudaSuccess)
+      return cudaErrorNotSupported;
+    static std::atomic<int> sms_of[64];  // multiprocessors per device index; 0: not asked yet
+    int device = 0, sms = 0;
+    cudaError_t e = cudaGetDevice(&device);
+    if (e != cudaSuccess) return e;
+    if (device >= 0 && device < 64) sms = sms_of[device].load(std::memory_order_relaxed);
+    if (sms == 0) {
+      e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+      if (e != cudaSuccess) return e;
+      if (device >= 0 && device < 64) sms_of[device].store(sms, std::memory_order_relaxed);
+    }
+    e = launch_with_smem<attn_sm90_split_kernel<T, D, HEADS>>(p.num_seq * ((p.len + A::BM - 1) / A::BM), 256, A::SMEM,
+                                                             stream, p);
+    if (e != cudaSuccess) return e;
+    const int64_t tiles = (tokens + G::BM - 1) / G::BM * G::NT;
+    return launch_with_smem<out_gemm_sm90_kernel<T, D>>(tiles < sms ? tiles : sms, 256, G::SMEM, stream, p, amap, wmap);
+  } else {
+    return cudaErrorNotSupported;
+  }
+}
+#endif
+
 template <class T, int D, int HEADS>
 struct Spec {
   template <Mma M>
@@ -1211,6 +1249,12 @@ struct Spec {
       e = launch_with_smem<ln_qkv_kernel<Tr>>((tokens + Tr::BM - 1) / Tr::BM, Tr::THREADS, Tr::K1_BYTES, stream, p);
     }
     if (e != cudaSuccess) return e;
+#if AXIAL_FUSED_ATTN_SPLIT && AXIAL_FUSED_QKV_TMA
+    if constexpr (M == Mma::Tc16) {
+      e = launch_split<T, D, HEADS>(p, tokens, stream);
+      if (e != cudaErrorNotSupported) return e;  // (not served here, or no encoder: the fused attention)
+    }
+#endif
     if constexpr (M == Mma::Tc16) {
       using A = AttnSm90<T, D, HEADS>;
       if constexpr (A::SERVED) {
