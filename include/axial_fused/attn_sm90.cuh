@@ -40,10 +40,12 @@ namespace axial_fused {
 // O), so every 64 queries re-read the sequence's keys and values (esm, L = 512: 1.5 MB a block, 786
 // MB a pass) and the whole W_out (1.2 MB a block, 604 MB a pass), and its ring to 3 stages. Split,
 // a block takes 128 queries (each key / value tile serves both halves) with a 4-stage ring, for
-// 100 MB more HBM traffic a pass (O written and read once). Counted at esm: K2 316 / 161 us per
+// 100 MB more HBM traffic a pass (O written and read once); 64 where the sequence is no longer
+// (esm's L = 64 pass: a second half would be all padding). Counted at esm: K2 316 / 161 us per
 // pass now; the attention part ~205 / ~60 of that (session 11's phase clocks) and the projection as
 // a GEMM ~70 at the measured matmul rate: predicted ~170 + 70 / ~55 + 70.
-template <class T, int D, int HEADS, bool SPLIT = false>
+// (SPLIT: 0, the fused form; else the split form's queries per block, 64 or 128.)
+template <class T, int D, int HEADS, int SPLIT = 0>
 struct AttnSm90 {
   static constexpr int HD = D / HEADS;
   // At head_dim 32 (where D is a multiple of 128: two 64-row warpgroups side by side in the output
@@ -62,7 +64,7 @@ struct AttnSm90 {
 #ifdef AXIAL_FUSED_ATTN_BM
   static constexpr int BM = AXIAL_FUSED_ATTN_BM;
 #else
-  static constexpr int BM = SPLIT ? 128 : PAIR || D > 256 ? 64 : 128;  // queries per block
+  static constexpr int BM = SPLIT ? SPLIT : PAIR || D > 256 ? 64 : 128;  // queries per block
 #endif
   static constexpr int MT = BM / 64;                       // 64-row halves
 #ifdef AXIAL_FUSED_ATTN_BN_HD32
@@ -200,7 +202,7 @@ __device__ __forceinline__ void cp_async_wait_upto(int n) {
 // The kernel's body; OTMA (AttnSm90::OUT_TMA): the output projection's weight by tensor-map copies
 // from `omap` (W_out with boxes of OUT_KW x WGN * OUT_BNW).
 // SPLIT: the attention alone (AttnSm90's SPLIT).
-template <class T, int D, int HEADS, bool OTMA = false, bool SPLIT = false>
+template <class T, int D, int HEADS, bool OTMA = false, int SPLIT = 0>
 __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* omap = nullptr) {
 #if AXIAL_FUSED_SM90  // (sm_90a device code only, as the kernels' bodies: the host pass never sees it)
   using C = AttnSm90<T, D, HEADS, SPLIT>;
@@ -226,7 +228,7 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
   const int q0 = int(blockIdx.x % nqt) * BM;
   const T* qkv = static_cast<const T*>(p.scratch) + s * L * (3 * D);
 
-  if constexpr (!C::ROW_RUN && !SPLIT) {
+  if constexpr (!C::ROW_RUN && SPLIT == 0) {
     for (int r = tid; r < BM; r += 256) {
       const bool ok = q0 + r < L;
       xo[r] = ok ? x_offset(p, s, q0 + r) : -1;
@@ -409,7 +411,7 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
         inv[hr] = 1.f / l;
       }
       const int r0 = 64 * m + warp * 16 + g;
-      if constexpr (SPLIT) {
+      if constexpr (SPLIT != 0) {
         float ov[HD / 2];  // (a copy: writing the accumulators themselves makes ptxas fence the wgmma)
 #pragma unroll
         for (int e = 0; e < HD / 2; ++e) ov[e] = o[m][e] * inv[(e >> 1) & 1];
@@ -428,7 +430,7 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
       }
     }
   }
-  if constexpr (!SPLIT) {  // (SPLIT: the projection is out_gemm_sm90_kernel's)
+  if constexpr (SPLIT == 0) {  // (SPLIT: the projection is out_gemm_sm90_kernel's)
     // out = O @ W_out^T + bias + x, the weight streamed through the rings' space.
     AXIAL_PHASE(5);
     cp_async_wait<0>();
@@ -472,12 +474,13 @@ __global__ void __launch_bounds__(256, AttnSm90<T, D, HEADS>::MINB) attn_sm90_ke
 }
 
 #if AXIAL_FUSED_ATTN_SPLIT
-// The attention alone (AttnSm90's SPLIT); out_gemm_sm90_kernel runs the output projection after it.
-template <class T, int D, int HEADS>
+// The attention alone (AttnSm90's SPLIT, BM queries a block); out_gemm_sm90_kernel runs the output
+// projection after it.
+template <class T, int D, int HEADS, int BM>
 __global__ void __launch_bounds__(256, 1) attn_sm90_split_kernel(const __grid_constant__ PassParams p) {
 #if AXIAL_FUSED_SM90
   pdl_entry();
-  attn_sm90_body<T, D, HEADS, false, true>(p);
+  attn_sm90_body<T, D, HEADS, false, BM>(p);
 #else
   __trap();
 #endif

@@ -1156,9 +1156,10 @@ inline cudaError_t launch_k1_tile_store(const PassParams& p, int64_t tokens, cud
 // caller launches the fused attention kernel instead.
 template <class T, int D, int HEADS>
 inline cudaError_t launch_split(const PassParams& p, int64_t tokens, cudaStream_t stream) {
-  using A = AttnSm90<T, D, HEADS, true>;
+  using A = AttnSm90<T, D, HEADS, 128>;
+  using A64 = AttnSm90<T, D, HEADS, 64>;
   using G = OutGemmSm90<T, D>;
-  if constexpr (A::SERVED && G::SERVED && D >= AXIAL_FUSED_ATTN_SPLIT_MIN_D) {
+  if constexpr (A::SERVED && A64::SERVED && G::SERVED && D >= AXIAL_FUSED_ATTN_SPLIT_MIN_D) {
     if (p.arch != 90 || !p.attn_sm90 || tokens > 0x7fffffffLL - G::BM) return cudaErrorNotSupported;
     CUtensorMap amap, wmap;
     // O in the scratch's q columns: [tokens, D] with rows 3D apart; W_out [D, D].
@@ -1176,8 +1177,10 @@ inline cudaError_t launch_split(const PassParams& p, int64_t tokens, cudaStream_
       if (e != cudaSuccess) return e;
       if (device >= 0 && device < 64) sms_of[device].store(sms, std::memory_order_relaxed);
     }
-    e = launch_with_smem<attn_sm90_split_kernel<T, D, HEADS>>(p.num_seq * ((p.len + A::BM - 1) / A::BM), 256, A::SMEM,
-                                                             stream, p);
+    // 64 queries a block where the sequence is no longer (a 128-query block would be half padding).
+    e = p.len <= 64 ? launch_with_smem<attn_sm90_split_kernel<T, D, HEADS, 64>>(p.num_seq, 256, A64::SMEM, stream, p)
+                    : launch_with_smem<attn_sm90_split_kernel<T, D, HEADS, 128>>(
+                          p.num_seq * ((p.len + A::BM - 1) / A::BM), 256, A::SMEM, stream, p);
     if (e != cudaSuccess) return e;
     const int64_t tiles = (tokens + G::BM - 1) / G::BM * G::NT;
     return launch_with_smem<out_gemm_sm90_kernel<T, D>>(tiles < sms ? tiles : sms, 256, G::SMEM, stream, p, amap, wmap);
