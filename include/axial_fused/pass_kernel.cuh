@@ -1165,7 +1165,7 @@ inline cudaError_t launch_split(const PassParams& p, int64_t tokens, cudaStream_
     // O in the scratch's q columns: [tokens, D] with rows 3D apart; W_out [D, D].
     if (encode_map<T, 2>(&amap, p.scratch, {cuuint64_t(D), cuuint64_t(tokens)}, {cuuint64_t(3 * D) * sizeof(T)},
                          {cuuint32_t(G::KW), cuuint32_t(G::BM)}, CU_TENSOR_MAP_SWIZZLE_128B) != cudaSuccess ||
-        encode_weight_map<T>(&wmap, p.w_out, D, D, G::KW, G::BNW) != cudaSuccess)
+        encode_weight_map<T>(&wmap, p.w_out, D, D, G::KW, G::BN) != cudaSuccess)
       return cudaErrorNotSupported;
     static std::atomic<int> sms_of[64];  // multiprocessors per device index; 0: not asked yet
     int device = 0, sms = 0;
