@@ -162,3 +162,17 @@ def test_split_pass_kernels_stream_by_copy_engine(tmp_path):
     loops = re.findall(r"loop \S+: \d+ instructions, (\d+) tensor-core products, (\d+) cp.async, "
                        r"(\d+) named/block barriers, (\d+) mbarrier ops", out)
     assert any(int(p) >= 1 and int(c) == 0 and int(b) == 0 and int(mb) >= 1 for p, c, b, mb in loops), out
+
+
+def test_cursor_attention_requests_without_division(tmp_path):
+    # The -DAXIAL_FUSED_ATTN_CURSOR=1 experiment (session 12): the attention kernel's key / value
+    # requests keep running counters, so no signed division by the run-time tile count is left
+    # (its SASS begins with I2F.RP, the divisor's reciprocal); the default form has them.
+    def divisions(flags):
+        out = _sass_loops(tmp_path, flags, "--count", r"I2F\.RP", kernel="attn_sm90")
+        counts = [int(c) for c in re.findall(r"matching .*: (\d+)", out)]
+        assert counts, out
+        return sum(counts)
+
+    assert divisions([]) >= 1
+    assert divisions(["-DAXIAL_FUSED_ATTN_CURSOR=1"]) == 0

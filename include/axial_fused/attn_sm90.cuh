@@ -134,6 +134,14 @@ struct AttnSm90 {
 #define AXIAL_FUSED_ATTN_PINGPONG 0
 #endif
   static constexpr bool PINGPONG = AXIAL_FUSED_ATTN_PINGPONG && HEADS % 2 == 0;
+  // Kernel experiment (-DAXIAL_FUSED_ATTN_CURSOR=1, session 12, not yet run on a GPU): the key /
+  // value requests without the per-tile signed division by the run-time tile count (~35
+  // instructions, one MUFU.RCP) and, for whole tiles, without per-row predicates (attn_sm90_body's
+  // load). ncu found msa's attention loop issue-bound (session 12).
+#ifndef AXIAL_FUSED_ATTN_CURSOR
+#define AXIAL_FUSED_ATTN_CURSOR 0
+#endif
+  static constexpr bool CURSOR = AXIAL_FUSED_ATTN_CURSOR;
   static constexpr bool SERVED =
       (HD == 32 || HD == 64) && (SPLIT ? SW >= 3 : D % (64 * WGN) == 0 && SW >= 2 && OUT_S >= 3);
   static_assert(!SERVED || (O_BYTES % 1024 == 0 && Q_BYTES % 1024 == 0 && STAGE % 1024 == 0), "1024-byte aligned tiles");
@@ -263,13 +271,38 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
   };
   using QRows = std::integral_constant<int, BM>;
   using KRows = std::integral_constant<int, BN>;
+  // CURSOR (AttnSm90): the chunks are requested strictly in order, so the next one's head, tile and
+  // stage are running counters (ld_*), and a whole tile's rows are copied without predicates.
+  int ld_i = 0, ld_n = 0, ld_s = 0;
   auto load = [&](int j) {
-    if (j < nj) {
-      const int i = j / nkt, n = j % nkt, kt = n == 0 ? nkt - 1 : n - 1, h = 2 * i + wg;
-      if (n == 0) copy_rows(q_base + (i & 1) * C::Q_BYTES, q0, QRows{}, h * HD);
-      const uint32_t st = r_base + (j % SW) * C::STAGE;
-      copy_rows(st, kt * BN, KRows{}, D + h * HD);
-      copy_rows(st + BN * RB, kt * BN, KRows{}, 2 * D + h * HD);
+    if constexpr (C::CURSOR) {
+      if (ld_i < nh) {
+        const int i = ld_i, n = ld_n, kt = n == 0 ? nkt - 1 : n - 1, h = 2 * i + wg;
+        if (n == 0) copy_rows(q_base + (i & 1) * C::Q_BYTES, q0, QRows{}, h * HD);
+        const uint32_t st = r_base + ld_s * C::STAGE;
+        if (kt * BN + BN <= L) {
+          const T* from = src0 + int64_t(kt * BN) * (3 * D) + D + h * HD;
+#pragma unroll
+          for (int pass = 0; pass < BN / RPP; ++pass) {
+            cp_async16_shared(st + dst0 + pass * RPP * RB, from + pass * RPP * (3 * D));
+            cp_async16_shared(st + BN * RB + dst0 + pass * RPP * RB, from + D + pass * RPP * (3 * D));
+          }
+        } else {
+          copy_rows(st, kt * BN, KRows{}, D + h * HD);
+          copy_rows(st + BN * RB, kt * BN, KRows{}, 2 * D + h * HD);
+        }
+        ld_n = n + 1 == nkt ? 0 : n + 1;
+        ld_i += ld_n == 0;
+        ld_s = ld_s + 1 == SW ? 0 : ld_s + 1;
+      }
+    } else {
+      if (j < nj) {
+        const int i = j / nkt, n = j % nkt, kt = n == 0 ? nkt - 1 : n - 1, h = 2 * i + wg;
+        if (n == 0) copy_rows(q_base + (i & 1) * C::Q_BYTES, q0, QRows{}, h * HD);
+        const uint32_t st = r_base + (j % SW) * C::STAGE;
+        copy_rows(st, kt * BN, KRows{}, D + h * HD);
+        copy_rows(st + BN * RB, kt * BN, KRows{}, 2 * D + h * HD);
+      }
     }
     cp_async_commit();  // possibly empty: one group per chunk
   };
