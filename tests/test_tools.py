@@ -45,6 +45,21 @@ def _sass_loops(tmp_path: Path, flags: list[str], *extra: str, kernel: str = "ln
     return out.stdout
 
 
+def _matched(out: str) -> int:
+    """The instruction count of sass_loops' --count line (the first kernel's)."""
+    m = re.search(r"matching .*: (\d+)", out)
+    assert m, out
+    return int(m.group(1))
+
+
+def _copy_engine_loop(out: str) -> bool:
+    """Whether some product loop in sass_loops' output waits on mbarriers only: tensor-core products,
+    mbarrier operations, no cp.async and no named/block barrier."""
+    loops = re.findall(r"loop \S+: \d+ instructions, (\d+) tensor-core products, (\d+) cp.async, "
+                       r"(\d+) named/block barriers, (\d+) mbarrier ops", out)
+    return any(int(p) >= 1 and int(c) == 0 and int(b) == 0 and int(mb) >= 1 for p, c, b, mb in loops)
+
+
 def _main_loop(tmp_path: Path, flags: list[str]) -> dict[str, int]:
     out = _sass_loops(tmp_path, flags)
     m = re.search(r"loop \S+: (\d+) instructions, (\d+) tensor-core products, (\d+) cp.async, "
@@ -96,8 +111,7 @@ def test_clustered_k1_loads_the_weight_by_multicast_copies(tmp_path):
     # in the consumers' loop, which waits on mbarriers only.
     out = _sass_loops(tmp_path, ["-DAXIAL_FUSED_QKV_TMA_MIN_D=0"], "--count", r"UTMALDG\S*MULTICAST",
                       kernel="ln_qkv_sm90_tma")
-    m = re.search(r"matching .*: (\d+)", out)
-    assert m and int(m.group(1)) >= 1, out
+    assert _matched(out) >= 1, out
     loop = re.search(r"loop \S+: (\d+) instructions, (\d+) tensor-core products, (\d+) cp.async, "
                      r"(\d+) named/block barriers, (\d+) mbarrier ops", out)
     assert loop and int(loop.group(2)) >= 1 and int(loop.group(3)) == 0 and int(loop.group(4)) == 0, out
@@ -109,8 +123,7 @@ def test_tile_store_k1_writes_q_k_v_only_through_the_copy_engine(tmp_path):
     # its own left.
     out = _sass_loops(tmp_path, ["-DAXIAL_FUSED_QKV_TMA_STORE=1"], "--stores", "--count", r"UTMASTG|STSM",
                       kernel="ln_qkv_sm90_st")
-    m = re.search(r"matching .*: (\d+)", out)
-    assert m and int(m.group(1)) >= 2, out
+    assert _matched(out) >= 2, out
     assert "global stores: none" in out, out
 
 
@@ -123,13 +136,11 @@ def test_esm_k1_takes_half_of_a_from_registers(tmp_path):
     rs = r"HGMMA\.64x128x16\S* R\d+, R\d+, gdesc"
     source = ROOT / "kernels" / "axial_bf16_d768_h12.cu"
     out = _sass_loops(tmp_path, [], "--count", rs, kernel="ln_qkv_sm90_tma", source=source)
-    m = re.search(r"matching .*: (\d+)", out)
-    assert m and int(m.group(1)) == 24, out
+    assert _matched(out) == 24, out
     # The one-block fallback of the same specialization (no tensor map) keeps A in shared memory: its
     # cp.async producer fills only the plain ring (register A there would hang it; e5eeb9b had it).
     out = _sass_loops(tmp_path, [], "--count", rs, kernel="ln_qkv_sm90_kernel", source=source)
-    m = re.search(r"matching .*: (\d+)", out)
-    assert m and int(m.group(1)) == 0, out
+    assert _matched(out) == 0, out
 
 
 @pytest.mark.parametrize("kernel", ["attn_sm90_otma", "fused_sm90_otma"])
@@ -139,11 +150,8 @@ def test_tensor_map_output_projection_loads_by_copy_engine_alone(tmp_path, kerne
     # one thread; the projection's loop waits on mbarriers only (no cp.async, no block barrier).
     # Their default forms' loops all hold cp.async and block barriers.
     out = _sass_loops(tmp_path, ["-DAXIAL_FUSED_OUT_TMA=1"], "--all", "--count", r"UTMALDG", kernel=kernel)
-    m = re.search(r"matching .*: (\d+)", out)
-    assert m and int(m.group(1)) >= 1, out
-    loops = re.findall(r"loop \S+: \d+ instructions, (\d+) tensor-core products, (\d+) cp.async, "
-                       r"(\d+) named/block barriers, (\d+) mbarrier ops", out)
-    assert any(int(p) >= 1 and int(c) == 0 and int(b) == 0 and int(mb) >= 1 for p, c, b, mb in loops), out
+    assert _matched(out) >= 1, out
+    assert _copy_engine_loop(out), out
 
 
 def test_split_pass_kernels_stream_by_copy_engine(tmp_path):
@@ -154,14 +162,10 @@ def test_split_pass_kernels_stream_by_copy_engine(tmp_path):
     source = ROOT / "kernels" / "axial_bf16_d768_h12.cu"
     flags = ["-DAXIAL_FUSED_ATTN_SPLIT=1"]
     out = _sass_loops(tmp_path, flags, "--all", "--count", r"STG\.E\.128", kernel="attn_sm90_split", source=source)
-    m = re.search(r"matching .*: (\d+)", out)
-    assert m and int(m.group(1)) >= 1, out
+    assert _matched(out) >= 1, out
     out = _sass_loops(tmp_path, flags, "--all", "--count", r"UTMALDG", kernel="out_gemm_sm90", source=source)
-    m = re.search(r"matching .*: (\d+)", out)
-    assert m and int(m.group(1)) >= 2, out
-    loops = re.findall(r"loop \S+: \d+ instructions, (\d+) tensor-core products, (\d+) cp.async, "
-                       r"(\d+) named/block barriers, (\d+) mbarrier ops", out)
-    assert any(int(p) >= 1 and int(c) == 0 and int(b) == 0 and int(mb) >= 1 for p, c, b, mb in loops), out
+    assert _matched(out) >= 2, out
+    assert _copy_engine_loop(out), out
 
 
 def test_cursor_attention_requests_without_division(tmp_path):

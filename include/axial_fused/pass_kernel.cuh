@@ -1059,6 +1059,24 @@ inline int64_t cluster_grid(int64_t tokens) {
   return ((tokens + BM - 1) / BM + kQkvCluster - 1) / kQkvCluster * kQkvCluster;
 }
 
+// A device attribute of the current device, asked of the runtime once per device index (below 64)
+// and attribute: the launch paths read them on every call. (Only attributes that are never 0.)
+template <cudaDeviceAttr ATTR>
+inline cudaError_t current_device_attribute(int* value) {
+  static std::atomic<int> cache[64];  // 0: not asked yet
+  int device = 0;
+  cudaError_t e = cudaGetDevice(&device);
+  if (e != cudaSuccess) return e;
+  const bool cached = device >= 0 && device < 64;
+  *value = cached ? cache[device].load(std::memory_order_relaxed) : 0;
+  if (*value == 0) {
+    e = cudaDeviceGetAttribute(value, ATTR, device);
+    if (e != cudaSuccess) return e;
+    if (cached) cache[device].store(*value, std::memory_order_relaxed);
+  }
+  return cudaSuccess;
+}
+
 // Launches Kernel with `smem` bytes of dynamic shared memory. Above 48 KB a kernel must opt in
 // (cudaFuncSetAttribute, a driver call): done once per kernel and device, to the device's limit
 // (the attribute only permits; occupancy follows each launch's own request), so the hot path makes
@@ -1086,16 +1104,9 @@ inline cudaError_t launch_with_smem(int64_t blocks, int threads, size_t smem, cu
   }
   bool pdl = false;  // -DAXIAL_FUSED_PDL=1 (wgmma.cuh, pdl_entry): on compute capability 9.0 and above
   if constexpr (AXIAL_FUSED_PDL) {
-    static std::atomic<int> major_of[64];  // per device index; 0: not asked yet
-    int device = 0;
-    cudaError_t e = cudaGetDevice(&device);
+    int major = 0;
+    const cudaError_t e = current_device_attribute<cudaDevAttrComputeCapabilityMajor>(&major);
     if (e != cudaSuccess) return e;
-    int major = device >= 0 && device < 64 ? major_of[device].load(std::memory_order_relaxed) : 0;
-    if (major == 0) {
-      e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-      if (e != cudaSuccess) return e;
-      if (device >= 0 && device < 64) major_of[device].store(major, std::memory_order_relaxed);
-    }
     pdl = major >= 9;
   }
   if (CLUSTER == 1 && !pdl) {
@@ -1167,16 +1178,9 @@ inline cudaError_t launch_split(const PassParams& p, int64_t tokens, cudaStream_
                          {cuuint32_t(G::KW), cuuint32_t(G::BM)}, CU_TENSOR_MAP_SWIZZLE_128B) != cudaSuccess ||
         encode_weight_map<T>(&wmap, p.w_out, D, D, G::KW, G::BN) != cudaSuccess)
       return cudaErrorNotSupported;
-    static std::atomic<int> sms_of[64];  // multiprocessors per device index; 0: not asked yet
-    int device = 0, sms = 0;
-    cudaError_t e = cudaGetDevice(&device);
+    int sms = 0;
+    cudaError_t e = current_device_attribute<cudaDevAttrMultiProcessorCount>(&sms);
     if (e != cudaSuccess) return e;
-    if (device >= 0 && device < 64) sms = sms_of[device].load(std::memory_order_relaxed);
-    if (sms == 0) {
-      e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-      if (e != cudaSuccess) return e;
-      if (device >= 0 && device < 64) sms_of[device].store(sms, std::memory_order_relaxed);
-    }
     // 64 queries a block where the sequence is no longer (a 128-query block would be half padding).
     e = p.len <= 64 ? launch_with_smem<attn_sm90_split_kernel<T, D, HEADS, 64>>(p.num_seq, 256, A64::SMEM, stream, p)
                     : launch_with_smem<attn_sm90_split_kernel<T, D, HEADS, 128>>(
