@@ -2,7 +2,8 @@
 # Where in the code a kernel's warps wait: ncu's warp-state sampling per SASS instruction (the
 # SourceCounters section), for one launch of our kernels in one forward of a benchmark shape, printed
 # as the instructions with the most samples and the stall reasons sampled there (GPU machine,
-# extension built in place; clocks left alone). Written in session 11, not yet run.
+# extension built in place; clocks left alone). Written in session 11, first run in session 12
+# (docs/performance.md: msa's attention loop issue-bound, esm's waiting on its tiles).
 # Usage (repo root):  bash scripts/ncu_source.sh SHAPE [KERNEL_REGEX] [LAUNCH_SKIP] [TOP]
 #   e.g. bash scripts/ncu_source.sh msa attn_sm90 1     (msa's L = 512 attention launch)
 set -uo pipefail

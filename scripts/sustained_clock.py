@@ -2,7 +2,8 @@
 
 Why: the benchmark's `fused_graph` (CUDA-graph replay in 20 ms batches) sits 50-70 us above the sum
 of our kernels measured by scripts/kernel_times.py (20 forwards under the profiler) at msa and esm.
-One candidate is a lower clock under sustained tensor load. This replays one shape's fused forward
+Measured with this script (session 12, docs/performance.md): it is the clock, held down by the
+board's power limit under sustained load (esm: 1830 MHz at 690 W). This replays one shape's fused forward
 graph for SECONDS, then a large bf16 matmul (the peers' kind of load) for as long, sampling
 `nvidia-smi` every 100 ms, and prints each load's median SM clock, power and time per call.
 
