@@ -64,9 +64,9 @@ def first_served(head_dim: int, seed: int, pick=min):
     return make_weights(dim, heads, DTYPES[dt], "cuda", seed=seed), dim, DTYPES[dt]
 
 
-# The smallest and the largest D of each head_dim: above D = 256 the kernel's blocks, and in a
-# -DAXIAL_FUSED_ATTN_SPLIT=1 build its kernels, differ (the output projection's rows addressed
-# through x's strides).
+# The smallest and the largest D of each head_dim: above D = 256 the kernel's blocks, and from
+# D = 512 its kernels (the split pass), differ (the output projection's rows addressed through x's
+# strides).
 @pytest.mark.parametrize("pick", [min, max], ids=["smallest-D", "largest-D"])
 @pytest.mark.parametrize("head_dim", [32, 64])
 def test_strided_x_and_in_place_column_pass(head_dim, pick):
@@ -85,19 +85,23 @@ def test_nan_inf_stay_in_their_sequence(case, bad):
     check_nonfinite_isolated(case, bad, w, dim, dtype, TWO_KERNEL)
 
 
+@pytest.mark.parametrize("pick", [min, max], ids=["smallest-D", "largest-D"])
 @pytest.mark.parametrize("head_dim", [32, 64])
-def test_it_is_what_runs(head_dim):
+def test_it_is_what_runs(head_dim, pick):
     """A pass longer than 128 runs the Hopper attention kernel after the LN+QKV kernel (its output
     projection by tensor-map copies, attn_sm90_otma_kernel, at D <= 256, where that measured faster;
-    above, attn_sm90_kernel, or in a -DAXIAL_FUSED_ATTN_SPLIT=1 build attn_sm90_split_kernel and its
-    projection's GEMM); switched off, the mma.sync attention kernel runs instead, with the same
-    result within tolerance."""
-    w, dim, dtype = first_served(head_dim, seed=5)
+    at D >= 512 the split pass: attn_sm90_split_kernel, then the projection's GEMM,
+    out_gemm_sm90_kernel); switched off, the mma.sync attention kernel runs instead, with the same
+    result within tolerance. Both the smallest and the largest D of each head_dim."""
+    w, dim, dtype = first_served(head_dim, seed=5, pick=pick)
     x = rand_x((1, 3, 200, dim), dtype, "cuda", seed=6)
-    want = "attn_sm90_otma_kernel" if dim <= 256 else "attn_sm90_"
+    want = ["attn_sm90_otma_kernel"] if dim <= 256 else ["attn_sm90_split_kernel", "out_gemm_sm90_kernel"]
+    if 256 < dim < 512:
+        want = ["attn_sm90_kernel"]
     with torch.inference_mode():
         names = kernels_launched(lambda: run(x, w, "pass", "row"))
-        assert any(want in n for n in names), names
+        for k in want:
+            assert any(k in n for n in names), (k, names)
         with hopper_attention(False):
             names = kernels_launched(lambda: run(x, w, "pass", "row"))
             assert not any("attn_sm90_" in n for n in names), names

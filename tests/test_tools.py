@@ -155,12 +155,12 @@ def test_tensor_map_output_projection_loads_by_copy_engine_alone(tmp_path, kerne
 
 
 def test_split_pass_kernels_stream_by_copy_engine(tmp_path):
-    # The -DAXIAL_FUSED_ATTN_SPLIT=1 experiment (session 12): at D = 768 the attention kernel writes
+    # The split pass (default at D >= 512 since session 13): at D = 768 the attention kernel writes
     # each head's output into the scratch as 16-byte vectors (STG.E.128) and keeps no output tile;
     # the output projection is its own GEMM, whose loop takes both operands from tensor-map copies
     # (UTMALDG) and waits on mbarriers only: no cp.async, no block barrier.
     source = ROOT / "kernels" / "axial_bf16_d768_h12.cu"
-    flags = ["-DAXIAL_FUSED_ATTN_SPLIT=1"]
+    flags = []
     out = _sass_loops(tmp_path, flags, "--all", "--count", r"STG\.E\.128", kernel="attn_sm90_split", source=source)
     assert _matched(out) >= 1, out
     out = _sass_loops(tmp_path, flags, "--all", "--count", r"UTMALDG", kernel="out_gemm_sm90", source=source)
@@ -169,14 +169,14 @@ def test_split_pass_kernels_stream_by_copy_engine(tmp_path):
 
 
 def test_cursor_attention_requests_without_division(tmp_path):
-    # The -DAXIAL_FUSED_ATTN_CURSOR=1 experiment (session 12): the attention kernel's key / value
-    # requests keep running counters, so no signed division by the run-time tile count is left
-    # (its SASS begins with I2F.RP, the divisor's reciprocal); the default form has them.
+    # The cursor form (default since session 13): the attention kernel's key / value requests keep
+    # running counters, so no signed division by the run-time tile count is left (its SASS begins
+    # with I2F.RP, the divisor's reciprocal); -DAXIAL_FUSED_ATTN_CURSOR=0, the old form, has them.
     def divisions(flags):
         out = _sass_loops(tmp_path, flags, "--count", r"I2F\.RP", kernel="attn_sm90")
         counts = [int(c) for c in re.findall(r"matching .*: (\d+)", out)]
         assert counts, out
         return sum(counts)
 
-    assert divisions([]) >= 1
-    assert divisions(["-DAXIAL_FUSED_ATTN_CURSOR=1"]) == 0
+    assert divisions(["-DAXIAL_FUSED_ATTN_CURSOR=0"]) >= 1
+    assert divisions([]) == 0

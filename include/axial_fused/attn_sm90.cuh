@@ -19,9 +19,10 @@
 #include <type_traits>
 
 #include "axial_fused/wgmma.cuh"
-// The split pass (AttnSm90's SPLIT, kernel experiment): 1 at D >= AXIAL_FUSED_ATTN_SPLIT_MIN_D.
+// The split pass (AttnSm90's SPLIT) at D >= AXIAL_FUSED_ATTN_SPLIT_MIN_D; -DAXIAL_FUSED_ATTN_SPLIT=0
+// restores the fused attention + projection kernel there.
 #ifndef AXIAL_FUSED_ATTN_SPLIT
-#define AXIAL_FUSED_ATTN_SPLIT 0
+#define AXIAL_FUSED_ATTN_SPLIT 1
 #endif
 #ifndef AXIAL_FUSED_ATTN_SPLIT_MIN_D
 #define AXIAL_FUSED_ATTN_SPLIT_MIN_D 512
@@ -32,7 +33,7 @@
 
 namespace axial_fused {
 
-// SPLIT (kernel experiment -DAXIAL_FUSED_ATTN_SPLIT=1, session 12, not yet run on a GPU): the
+// SPLIT (the default at D >= 512 since session 13; -DAXIAL_FUSED_ATTN_SPLIT=0 turns it off): the
 // attention alone, each head's output written into its own q columns of the scratch (those rows' q
 // of that head are read by this block only, and already read), and the output projection left to
 // out_gemm_sm90_kernel (out_gemm_sm90.cuh). Why: at D > 256 the fused form keeps all heads' output
@@ -43,7 +44,9 @@ namespace axial_fused {
 // 100 MB more HBM traffic a pass (O written and read once); 64 where the sequence is no longer
 // (esm's L = 64 pass: a second half would be all padding). Counted at esm: K2 316 / 161 us per
 // pass now; the attention part ~205 / ~60 of that (session 11's phase clocks) and the projection as
-// a GEMM ~70 at the measured matmul rate: predicted ~170 + 70 / ~55 + 70.
+// a GEMM ~70 at the measured matmul rate: predicted ~170 + 70 / ~55 + 70. Measured (session 13):
+// 170 + 87 / 60 + 87 us, esm's kernels 873 -> 803 us a forward; at D = 512 and 1024 6% and 17%
+// faster too. At D = 256 (msa) it measured slower (929 -> 978 us), hence the threshold.
 // (SPLIT: 0, the fused form; else the split form's queries per block, 64 or 128.)
 template <class T, int D, int HEADS, int SPLIT = 0>
 struct AttnSm90 {
@@ -134,12 +137,13 @@ struct AttnSm90 {
 #define AXIAL_FUSED_ATTN_PINGPONG 0
 #endif
   static constexpr bool PINGPONG = AXIAL_FUSED_ATTN_PINGPONG && HEADS % 2 == 0;
-  // Kernel experiment (-DAXIAL_FUSED_ATTN_CURSOR=1, session 12, not yet run on a GPU): the key /
+  // CURSOR (default since session 13; -DAXIAL_FUSED_ATTN_CURSOR=0 for the old form): the key /
   // value requests without the per-tile signed division by the run-time tile count (~35
   // instructions, one MUFU.RCP) and, for whole tiles, without per-row predicates (attn_sm90_body's
-  // load). ncu found msa's attention loop issue-bound (session 12).
+  // load). ncu found msa's attention loop issue-bound (session 12); measured (session 13) msa's
+  // attention kernel 315.6 -> 304.1 us a pass, esm's 238.7 -> 235.1.
 #ifndef AXIAL_FUSED_ATTN_CURSOR
-#define AXIAL_FUSED_ATTN_CURSOR 0
+#define AXIAL_FUSED_ATTN_CURSOR 1
 #endif
   static constexpr bool CURSOR = AXIAL_FUSED_ATTN_CURSOR;
   static constexpr bool SERVED =

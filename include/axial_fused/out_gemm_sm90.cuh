@@ -1,5 +1,5 @@
-// The output projection as a kernel of its own, for the split Hopper pass (kernel experiment
-// -DAXIAL_FUSED_ATTN_SPLIT=1, session 12, not yet run on a GPU; attn_sm90.cuh says why):
+// The output projection as a kernel of its own, for the split Hopper pass (the default at D >= 512
+// since session 13; attn_sm90.cuh says why):
 //   out = O @ W_out^T + bias + x
 // for the pass's tokens in sequence order, O being the attention output that the split attention
 // kernel left in the q columns of the q/k/v scratch ([tokens, 3D]: the first D columns of each row).
