@@ -3,7 +3,8 @@
 A call validates its arguments (TypeError / ValueError for bad input), then asks
 :func:`fallback_reason` whether the fused path can run. If it can, one call into the registered
 operator (``torch.ops.axial_fused.*``) launches one kernel per pass (two when a sequence group does
-not fit on chip). If not, the reference computes the same result with PyTorch ops (autograd
+not fit on chip; three on Hopper at dim >= 512, where the output projection runs as its own GEMM:
+docs/design.md). If not, the reference computes the same result with PyTorch ops (autograd
 included) after a one-time warning, or ``strict=True`` raises :class:`FusedUnavailableError`.
 """
 from __future__ import annotations
