@@ -32,7 +32,9 @@ for v in "${list[@]}"; do
   if [[ $rc != 0 ]]; then tail -20 "$LOGS/variant-$n-build.log"; continue; fi
   if [[ -n $TESTS ]]; then
     # shellcheck disable=SC2086  # TESTS is a list of pytest node ids
-    timeout "${TEST_TIMEOUT:-180}" python3 -m pytest -q -p no:cacheprovider $TESTS 2>&1 | tail -1
+    # (the summary line, and the failed tests' ids with their first error line)
+    timeout "${TEST_TIMEOUT:-180}" python3 -m pytest -q -rfE -p no:cacheprovider $TESTS 2>&1 |
+      grep -E "^(FAILED|ERROR) |[0-9]+ (passed|failed)|no tests ran" | cut -c1-240 | tail -12
   fi
   if [[ -n ${BENCH_PEERS:-} && $flags != *PHASE_CLOCK* ]]; then
     # End-to-end times (what launch overlap changes and per-kernel times cannot show)
