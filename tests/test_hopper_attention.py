@@ -79,9 +79,13 @@ def test_strided_x_and_in_place_column_pass(head_dim, pick):
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")], ids=["nan", "inf"])
 @pytest.mark.parametrize("case", [("pass", "row", (2, 3, 300), (1, 1, 17, 2)), ("pass", "col", (1, 150, 4), (0, 140, 1, 5))],
                          ids=lambda c: f"{c[0]}-{c[1]}-{'x'.join(map(str, c[2]))}")
-def test_nan_inf_stay_in_their_sequence(case, bad):
-    """A non-finite token poisons its own sequence only (keys past a sequence's end are never read)."""
-    w, dim, dtype = first_served(32, seed=12)
+@pytest.mark.parametrize("which", [(32, min), (64, max)], ids=["hd32-smallest-D", "hd64-largest-D"])
+def test_nan_inf_stay_in_their_sequence(case, bad, which):
+    """A non-finite token poisons its own sequence only (keys past a sequence's end are never read).
+    The largest head_dim-64 D runs the split pass (D >= 512), whose output GEMM's 128-token tiles
+    span sequences."""
+    head_dim, pick = which
+    w, dim, dtype = first_served(head_dim, seed=12, pick=pick)
     check_nonfinite_isolated(case, bad, w, dim, dtype, TWO_KERNEL)
 
 
