@@ -195,3 +195,19 @@ def test_rowsum_mma_takes_the_row_sums_off_the_fadds(tmp_path):
     fadd1, ones1 = counts(["-DAXIAL_FUSED_ATTN_ROWSUM_MMA=1"])
     assert ones0 == 0 and ones1 >= 8, (ones0, ones1)
     assert fadd1 <= fadd0 - 64, (fadd0, fadd1)
+
+
+def test_clustered_output_gemm_shares_its_weight_chunks(tmp_path):
+    # The -DAXIAL_FUSED_OUT_GEMM_CLUSTER=2 experiment (session 13): the split pass's output GEMM in
+    # clusters of two blocks, each copying half of every W_out chunk multicast into both
+    # (UTMALDG.2D.MULTICAST) and releasing stages in both blocks (a remote mbarrier arrival,
+    # SYNCS.ARRIVE.TRANS64.RED). The default form copies whole chunks into its own block only.
+    source = ROOT / "kernels" / "axial_bf16_d768_h12.cu"
+
+    def count(flags, rx):
+        return _matched(_sass_loops(tmp_path, flags, "--count", rx, kernel="out_gemm_sm90", source=source))
+
+    flags = ["-DAXIAL_FUSED_OUT_GEMM_CLUSTER=2"]
+    assert count([], r"MULTICAST") == 0
+    assert count(flags, r"UTMALDG\.2D\.MULTICAST") >= 1
+    assert count(flags, r"SYNCS\.ARRIVE\.TRANS64\.RED") >= 1

@@ -1077,6 +1077,37 @@ inline cudaError_t current_device_attribute(int* value) {
   return cudaSuccess;
 }
 
+// How many clusters of CLUSTER blocks of Kernel (threads, smem) can be resident at once on the
+// current device (cudaOccupancyMaxActiveClusters, asked once per device index below 64): the grid of
+// a persistent clustered kernel. Sets the kernel's shared-memory limit first, as launch_with_smem.
+template <auto Kernel, int CLUSTER>
+inline cudaError_t max_active_clusters(int threads, size_t smem, int* clusters) {
+  static std::atomic<int> cache[64];  // 0: not asked yet
+  int device = 0;
+  cudaError_t e = cudaGetDevice(&device);
+  if (e != cudaSuccess) return e;
+  const bool cached = device >= 0 && device < 64;
+  *clusters = cached ? cache[device].load(std::memory_order_relaxed) : 0;
+  if (*clusters > 0) return cudaSuccess;
+  e = cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  if (e != cudaSuccess) return e;
+  cudaLaunchAttribute attr;
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = CLUSTER;
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(CLUSTER, 1, 1);
+  config.blockDim = dim3(threads, 1, 1);
+  config.dynamicSmemBytes = smem;
+  config.attrs = &attr;
+  config.numAttrs = 1;
+  e = cudaOccupancyMaxActiveClusters(clusters, Kernel, &config);
+  if (e != cudaSuccess) return e;
+  if (cached && *clusters > 0) cache[device].store(*clusters, std::memory_order_relaxed);
+  return cudaSuccess;
+}
+
 // Launches Kernel with `smem` bytes of dynamic shared memory. Above 48 KB a kernel must opt in
 // (cudaFuncSetAttribute, a driver call): done once per kernel and device, to the device's limit
 // (the attribute only permits; occupancy follows each launch's own request), so the hot path makes
@@ -1176,7 +1207,7 @@ inline cudaError_t launch_split(const PassParams& p, int64_t tokens, cudaStream_
     // O in the scratch's q columns: [tokens, D] with rows 3D apart; W_out [D, D].
     if (encode_map<T, 2>(&amap, p.scratch, {cuuint64_t(D), cuuint64_t(tokens)}, {cuuint64_t(3 * D) * sizeof(T)},
                          {cuuint32_t(G::KW), cuuint32_t(G::BM)}, CU_TENSOR_MAP_SWIZZLE_128B) != cudaSuccess ||
-        encode_weight_map<T>(&wmap, p.w_out, D, D, G::KW, G::BN) != cudaSuccess)
+        encode_weight_map<T>(&wmap, p.w_out, D, D, G::KW, G::BN / G::CL) != cudaSuccess)
       return cudaErrorNotSupported;
     int sms = 0;
     cudaError_t e = current_device_attribute<cudaDevAttrMultiProcessorCount>(&sms);
@@ -1186,8 +1217,18 @@ inline cudaError_t launch_split(const PassParams& p, int64_t tokens, cudaStream_
                     : launch_with_smem<attn_sm90_split_kernel<T, D, HEADS, 128>>(
                           p.num_seq * ((p.len + A::BM - 1) / A::BM), 256, A::SMEM, stream, p);
     if (e != cudaSuccess) return e;
-    const int64_t tiles = (tokens + G::BM - 1) / G::BM * G::NT;
-    return launch_with_smem<out_gemm_sm90_kernel<T, D>>(tiles < sms ? tiles : sms, 256, G::SMEM, stream, p, amap, wmap);
+    if constexpr (G::CL == 1) {
+      const int64_t tiles = (tokens + G::BM - 1) / G::BM * G::NT;
+      return launch_with_smem<out_gemm_sm90_kernel<T, D>>(tiles < sms ? tiles : sms, 256, G::SMEM, stream, p, amap, wmap);
+    } else {  // as many clusters as can be resident at once (a GPC with an odd SM count leaves one out)
+      const int64_t units = ((tokens + G::BM - 1) / G::BM + G::CL - 1) / G::CL * G::NT;
+      int clusters = 0;
+      e = max_active_clusters<out_gemm_sm90_kernel<T, D>, G::CL>(256, G::SMEM, &clusters);
+      if (e != cudaSuccess) return e;
+      if (clusters <= 0) return cudaErrorNotSupported;
+      return launch_with_smem<out_gemm_sm90_kernel<T, D>, G::CL>(G::CL * (units < clusters ? units : clusters), 256,
+                                                                 G::SMEM, stream, p, amap, wmap);
+    }
   } else {
     return cudaErrorNotSupported;
   }
