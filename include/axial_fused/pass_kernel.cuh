@@ -1209,26 +1209,31 @@ inline cudaError_t launch_split(const PassParams& p, int64_t tokens, cudaStream_
                          {cuuint32_t(G::KW), cuuint32_t(G::BM)}, CU_TENSOR_MAP_SWIZZLE_128B) != cudaSuccess ||
         encode_weight_map<T>(&wmap, p.w_out, D, D, G::KW, G::BN / G::CL) != cudaSuccess)
       return cudaErrorNotSupported;
-    int sms = 0;
-    cudaError_t e = current_device_attribute<cudaDevAttrMultiProcessorCount>(&sms);
-    if (e != cudaSuccess) return e;
-    // 64 queries a block where the sequence is no longer (a 128-query block would be half padding).
-    e = p.len <= 64 ? launch_with_smem<attn_sm90_split_kernel<T, D, HEADS, 64>>(p.num_seq, 256, A64::SMEM, stream, p)
-                    : launch_with_smem<attn_sm90_split_kernel<T, D, HEADS, 128>>(
-                          p.num_seq * ((p.len + A::BM - 1) / A::BM), 256, A::SMEM, stream, p);
-    if (e != cudaSuccess) return e;
+    // The GEMM's grid first: nothing may be launched before the last cudaErrorNotSupported (the
+    // caller then runs the fused kernel, which reads q from the scratch the split kernel overwrites).
+    int64_t gemm_blocks = 0;
     if constexpr (G::CL == 1) {
+      int sms = 0;
+      const cudaError_t e = current_device_attribute<cudaDevAttrMultiProcessorCount>(&sms);
+      if (e != cudaSuccess) return e;
       const int64_t tiles = (tokens + G::BM - 1) / G::BM * G::NT;
-      return launch_with_smem<out_gemm_sm90_kernel<T, D>>(tiles < sms ? tiles : sms, 256, G::SMEM, stream, p, amap, wmap);
+      gemm_blocks = tiles < sms ? tiles : sms;
     } else {  // as many clusters as can be resident at once (a GPC with an odd SM count leaves one out)
-      const int64_t units = ((tokens + G::BM - 1) / G::BM + G::CL - 1) / G::CL * G::NT;
       int clusters = 0;
-      e = max_active_clusters<out_gemm_sm90_kernel<T, D>, G::CL>(256, G::SMEM, &clusters);
+      const cudaError_t e = max_active_clusters<out_gemm_sm90_kernel<T, D>, G::CL>(256, G::SMEM, &clusters);
       if (e != cudaSuccess) return e;
       if (clusters <= 0) return cudaErrorNotSupported;
-      return launch_with_smem<out_gemm_sm90_kernel<T, D>, G::CL>(G::CL * (units < clusters ? units : clusters), 256,
-                                                                 G::SMEM, stream, p, amap, wmap);
+      const int64_t units = ((tokens + G::BM - 1) / G::BM + G::CL - 1) / G::CL * G::NT;
+      gemm_blocks = G::CL * (units < clusters ? units : clusters);
     }
+    // 64 queries a block where the sequence is no longer (a 128-query block would be half padding).
+    const cudaError_t e =
+        p.len <= 64 ? launch_with_smem<attn_sm90_split_kernel<T, D, HEADS, 64>>(p.num_seq, 256, A64::SMEM, stream, p)
+                    : launch_with_smem<attn_sm90_split_kernel<T, D, HEADS, 128>>(
+                          p.num_seq * ((p.len + A::BM - 1) / A::BM), 256, A::SMEM, stream, p);
+    if (e != cudaSuccess) return e == cudaErrorNotSupported ? cudaErrorUnknown : e;  // (no fallback from here)
+    const cudaError_t g = launch_with_smem<out_gemm_sm90_kernel<T, D>, G::CL>(gemm_blocks, 256, G::SMEM, stream, p, amap, wmap);
+    return g == cudaErrorNotSupported ? cudaErrorUnknown : g;
   } else {
     return cudaErrorNotSupported;
   }

@@ -8,7 +8,7 @@ generate and compile, and the tests check the extension against it.
   ``minimal``  the smallest set that still instantiates every kernel template: (64, 4) in all three
                dtypes (tensor-core bf16 and fp16, tf32, exact fp32; fused and two-kernel paths),
                (128, 4) in bf16 (head_dim 32: the Hopper fused and Hopper attention kernels) and
-               (512, 8) in bf16 (D >= 512: the clustered Hopper LN+QKV kernel; head_dim 64);
+               (512, 8) in bf16 (D >= 512: the clustered Hopper LN+QKV kernel and the split pass; head_dim 64);
   a list       ``DIMxHEADS[:DTYPE]`` items separated by commas, e.g. ``64x4,256x8:bf16``; an item
                without a dtype stands for all three.
 Every specialization serves every sequence length on either axis (see docs/design.md).
