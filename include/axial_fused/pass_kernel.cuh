@@ -1059,53 +1059,51 @@ inline int64_t cluster_grid(int64_t tokens) {
   return ((tokens + BM - 1) / BM + kQkvCluster - 1) / kQkvCluster * kQkvCluster;
 }
 
-// A device attribute of the current device, asked of the runtime once per device index (below 64)
-// and attribute: the launch paths read them on every call. (Only attributes that are never 0.)
-template <cudaDeviceAttr ATTR>
-inline cudaError_t current_device_attribute(int* value) {
-  static std::atomic<int> cache[64];  // 0: not asked yet
+// A value of the current device, asked once per device index (below 64) through ask(device, &value)
+// and kept in `cache`: the launch paths read them on every call. (Only values that are never 0.)
+template <class Ask>
+inline cudaError_t per_device(std::atomic<int> (&cache)[64], int* value, Ask ask) {
   int device = 0;
   cudaError_t e = cudaGetDevice(&device);
   if (e != cudaSuccess) return e;
   const bool cached = device >= 0 && device < 64;
   *value = cached ? cache[device].load(std::memory_order_relaxed) : 0;
-  if (*value == 0) {
-    e = cudaDeviceGetAttribute(value, ATTR, device);
-    if (e != cudaSuccess) return e;
-    if (cached) cache[device].store(*value, std::memory_order_relaxed);
-  }
+  if (*value != 0) return cudaSuccess;
+  e = ask(device, value);
+  if (e != cudaSuccess) return e;
+  if (cached && *value != 0) cache[device].store(*value, std::memory_order_relaxed);
   return cudaSuccess;
 }
 
+// A device attribute of the current device.
+template <cudaDeviceAttr ATTR>
+inline cudaError_t current_device_attribute(int* value) {
+  static std::atomic<int> cache[64];  // 0: not asked yet
+  return per_device(cache, value, [](int device, int* v) { return cudaDeviceGetAttribute(v, ATTR, device); });
+}
+
 // How many clusters of CLUSTER blocks of Kernel (threads, smem) can be resident at once on the
-// current device (cudaOccupancyMaxActiveClusters, asked once per device index below 64): the grid of
-// a persistent clustered kernel. Sets the kernel's shared-memory limit first, as launch_with_smem.
+// current device (cudaOccupancyMaxActiveClusters): the grid of a persistent clustered kernel. Sets
+// the kernel's shared-memory limit first, as launch_with_smem.
 template <auto Kernel, int CLUSTER>
 inline cudaError_t max_active_clusters(int threads, size_t smem, int* clusters) {
   static std::atomic<int> cache[64];  // 0: not asked yet
-  int device = 0;
-  cudaError_t e = cudaGetDevice(&device);
-  if (e != cudaSuccess) return e;
-  const bool cached = device >= 0 && device < 64;
-  *clusters = cached ? cache[device].load(std::memory_order_relaxed) : 0;
-  if (*clusters > 0) return cudaSuccess;
-  e = cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-  if (e != cudaSuccess) return e;
-  cudaLaunchAttribute attr;
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = CLUSTER;
-  attr.val.clusterDim.y = 1;
-  attr.val.clusterDim.z = 1;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(CLUSTER, 1, 1);
-  config.blockDim = dim3(threads, 1, 1);
-  config.dynamicSmemBytes = smem;
-  config.attrs = &attr;
-  config.numAttrs = 1;
-  e = cudaOccupancyMaxActiveClusters(clusters, Kernel, &config);
-  if (e != cudaSuccess) return e;
-  if (cached && *clusters > 0) cache[device].store(*clusters, std::memory_order_relaxed);
-  return cudaSuccess;
+  return per_device(cache, clusters, [&](int, int* n) {
+    cudaError_t e = cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    if (e != cudaSuccess) return e;
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = CLUSTER;
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(CLUSTER, 1, 1);
+    config.blockDim = dim3(threads, 1, 1);
+    config.dynamicSmemBytes = smem;
+    config.attrs = &attr;
+    config.numAttrs = 1;
+    return cudaOccupancyMaxActiveClusters(n, Kernel, &config);
+  });
 }
 
 // Launches Kernel with `smem` bytes of dynamic shared memory. Above 48 KB a kernel must opt in
