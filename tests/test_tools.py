@@ -180,34 +180,3 @@ def test_cursor_attention_requests_without_division(tmp_path):
 
     assert divisions(["-DAXIAL_FUSED_ATTN_CURSOR=0"]) >= 1
     assert divisions([]) == 0
-
-
-def test_rowsum_mma_takes_the_row_sums_off_the_fadds(tmp_path):
-    # The -DAXIAL_FUSED_ATTN_ROWSUM_MMA=1 experiment (session 13): the attention kernel's softmax row
-    # sums as P times a column of ones on the tensor cores (HGMMA.64x8x16, one per k-step of P V)
-    # instead of one FADD per score. At 128x4 (head_dim 32, 128-key tiles, two query halves) the
-    # kernel loses at least one tile's FADDs (64 per thread); the default form has no 64x8 product.
-    def counts(flags):
-        count = lambda rx: _matched(_sass_loops(tmp_path, flags, "--count", rx, kernel="attn_sm90_otma"))
-        return count(r"\bFADD\b"), count(r"HGMMA\.64x8x")
-
-    fadd0, ones0 = counts([])
-    fadd1, ones1 = counts(["-DAXIAL_FUSED_ATTN_ROWSUM_MMA=1"])
-    assert ones0 == 0 and ones1 >= 8, (ones0, ones1)
-    assert fadd1 <= fadd0 - 64, (fadd0, fadd1)
-
-
-def test_clustered_output_gemm_shares_its_weight_chunks(tmp_path):
-    # The -DAXIAL_FUSED_OUT_GEMM_CLUSTER=2 experiment (session 13): the split pass's output GEMM in
-    # clusters of two blocks, each copying half of every W_out chunk multicast into both
-    # (UTMALDG.2D.MULTICAST) and releasing stages in both blocks (a remote mbarrier arrival,
-    # SYNCS.ARRIVE.TRANS64.RED). The default form copies whole chunks into its own block only.
-    source = ROOT / "kernels" / "axial_bf16_d768_h12.cu"
-
-    def count(flags, rx):
-        return _matched(_sass_loops(tmp_path, flags, "--count", rx, kernel="out_gemm_sm90", source=source))
-
-    flags = ["-DAXIAL_FUSED_OUT_GEMM_CLUSTER=2"]
-    assert count([], r"MULTICAST") == 0
-    assert count(flags, r"UTMALDG\.2D\.MULTICAST") >= 1
-    assert count(flags, r"SYNCS\.ARRIVE\.TRANS64\.RED") >= 1

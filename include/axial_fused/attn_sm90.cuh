@@ -99,20 +99,7 @@ struct AttnSm90 {
   // (Session 10 wrote, session 11 measured and removed, the key/value tiles by tensor-map copies with
   // full / empty mbarriers, -DAXIAL_FUSED_ATTN_TMA=1: msa -5 / -9, esm +55 / +22 us per pass, and two
   // float64 tests failed; docs/performance.md, session 11. It is in the history at commit e5eeb9b.)
-  // Kernel experiment (-DAXIAL_FUSED_ATTN_ROWSUM_MMA=1, session 13, not yet run on a GPU): the
-  // softmax's row sums on the tensor cores, as P times a column of ones (one m64n8k16 per k-step of
-  // P V, into 4 more accumulator registers rescaled with O), instead of one FADD per score (BN / 2
-  // per thread and tile: 32 of the ~190 instructions of msa's unit, whose loop is issue-bound) and
-  // the quad shuffles at the end. The sums are then of the bf16 / fp16 probabilities that P V
-  // multiplies, so numerator and denominator round alike. The ones: ONES bytes after the ring, one
-  // copy for the block so that their descriptor is block-uniform (K-major, no swizzle: every byte
-  // the descriptor can reach holds a 1).
-#ifndef AXIAL_FUSED_ATTN_ROWSUM_MMA
-#define AXIAL_FUSED_ATTN_ROWSUM_MMA 0
-#endif
-  static constexpr bool ROWSUM_MMA = AXIAL_FUSED_ATTN_ROWSUM_MMA;
-  static constexpr size_t ONES = ROWSUM_MMA ? 256 : 0;
-  static constexpr size_t FIXED = 1024 + OFFS + O_BYTES + 2 * 2 * Q_BYTES + ONES;
+  static constexpr size_t FIXED = 1024 + OFFS + O_BYTES + 2 * 2 * Q_BYTES;
   static constexpr int MINB = WANT2 && FIXED + 2 * 2 * STAGE <= 113 * 1024 ? 2 : 1;
   static constexpr size_t SMEM_MAX = MINB == 2 ? 113 * 1024 : 227 * 1024;  // per block
   static constexpr int SW_FIT = FIXED < SMEM_MAX ? int((SMEM_MAX - FIXED) / (2 * STAGE)) : 0;
@@ -180,8 +167,7 @@ __device__ __forceinline__ void mask_keys(float (&sc)[BN / 2], int valid) {
 // quad's four threads). Updates the running max (log2 units, scale folded in) and this thread's
 // partial row sums, returns the factor alpha the output rows must be rescaled by, and the
 // probabilities as the A fragments of P V.
-// ROWSUM_MMA: no row sums here (l_run untouched; the tensor cores sum P, AttnSm90::ROWSUM_MMA).
-template <class T, int BN, bool ROWSUM_MMA = false>
+template <class T, int BN>
 __device__ __forceinline__ void softmax_tile(float (&sc)[BN / 2], float (&m_run)[2], float (&l_run)[2], float (&alpha)[2],
                                              uint32_t (&pa)[BN / 16][4], float scale_log2) {
   float mx[2], rs[2] = {0.f, 0.f}, mu[2];
@@ -199,13 +185,11 @@ __device__ __forceinline__ void softmax_tile(float (&sc)[BN / 2], float (&m_run)
     for (int e = 0; e < 4; ++e) {
       const float x = fmaf(sc[4 * jb + e], scale_log2, -mu[e >> 1]);
       sc[4 * jb + e] = exp2_ftz(x);
-      if constexpr (!ROWSUM_MMA) rs[e >> 1] += sc[4 * jb + e];
+      rs[e >> 1] += sc[4 * jb + e];
     }
   }
-  if constexpr (!ROWSUM_MMA) {
 #pragma unroll
-    for (int hr = 0; hr < 2; ++hr) l_run[hr] = l_run[hr] * alpha[hr] + rs[hr];
-  }
+  for (int hr = 0; hr < 2; ++hr) l_run[hr] = l_run[hr] * alpha[hr] + rs[hr];
 #pragma unroll
   for (int kk = 0; kk < BN / 16; ++kk) acc_to_a<T>(pa[kk], sc, 0, kk);
 }
@@ -216,15 +200,6 @@ template <class T, int HD, int BN, int RB>
 __device__ __forceinline__ void pv_issue(float (&o)[HD / 2], const uint32_t (&pa)[BN / 16][4], uint32_t v_base) {
 #pragma unroll
   for (int kk = 0; kk < BN / 16; ++kk) WgmmaRS<T, HD>::template mma<1>(o, pa[kk], swz_desc<RB>(v_base + kk * 16 * RB), 1);
-}
-// ROWSUM_MMA: l (64 x 8, every column the row sum) += P (64 x BN) times ones (BN x 8) at `ones`,
-// K-major without swizzle (8-row core matrices of 16 bytes; both offsets 128, so every address the
-// descriptor yields lies in the 256 ones bytes). Not committed: issued with P V.
-template <class T, int BN>
-__device__ __forceinline__ void rowsum_issue(float (&l)[4], const uint32_t (&pa)[BN / 16][4], uint32_t ones) {
-  const uint64_t desc = uint64_t((ones & 0x3FFFF) >> 4) | (uint64_t(128 >> 4) << 16) | (uint64_t(128 >> 4) << 32);
-#pragma unroll
-  for (int kk = 0; kk < BN / 16; ++kk) WgmmaRS<T, 8>::template mma<0>(l, pa[kk], desc, 1);
 }
 
 
@@ -281,16 +256,6 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
   // its stage stays), and at most nkt so a query buffer is refilled only after its head is done.
   const int nh = (HEADS - wg + 1) / 2, nj = nh * nkt, la = SW - 2 < nkt ? SW - 2 : nkt;
   const uint32_t q_base = smem_u32(qbuf) + wg * 2 * C::Q_BYTES, r_base = smem_u32(ring) + wg * SW * C::STAGE;
-  // ROWSUM_MMA: the block's ones, made visible to the tensor cores (async proxy) before any product.
-  const uint32_t ones = smem_u32(ring) + uint32_t(C::RING);
-  if constexpr (C::ROWSUM_MMA) {
-    constexpr uint32_t ONE2 = std::is_same<T, __half>::value ? 0x3C003C00u : 0x3F803F80u;
-    if (tid < int(C::ONES / 16)) {
-      reinterpret_cast<uint4*>(ring + C::RING)[tid] = make_uint4(ONE2, ONE2, ONE2, ONE2);
-      fence_proxy_async();
-    }
-    __syncthreads();
-  }
   // Rows [row0, row0 + NR) of column block `col` of the scratch into an RB-row swizzled tile at `dst`
   // (rows past L read as zeros). Each thread copies the same 16-byte piece lc of rows lr, lr + RPP, ...
   // of every tile (the swizzle repeats every 8 rows), so its offsets are computed once here.
@@ -359,13 +324,11 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
   for (int i = 0; i < nh; ++i) {
     const int h = 2 * i + wg;
     const uint32_t qb = q_base + (i & 1) * C::Q_BYTES;
-    float o[MT][HD / 2], m_run[MT][2], l_run[MT][2], l_mma[MT][4];  // (l_mma: ROWSUM_MMA's sums)
+    float o[MT][HD / 2], m_run[MT][2], l_run[MT][2];
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
 #pragma unroll
       for (int e = 0; e < HD / 2; ++e) o[m][e] = 0.f;
-#pragma unroll
-      for (int e = 0; e < 4; ++e) l_mma[m][e] = 0.f;
       m_run[m][0] = m_run[m][1] = -INFINITY;
       l_run[m][0] = l_run[m][1] = 0.f;
     }
@@ -411,7 +374,6 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
       wgmma_commit();
       if constexpr (!FIRST) {  // the previous unit's O += P V, in flight during this unit's softmax
         pv_issue<T, HD, BN, RB>(o[(M + MT - 1) % MT], p_buf[PREV], v_prev);
-        if constexpr (C::ROWSUM_MMA) rowsum_issue<T, BN>(l_mma[(M + MT - 1) % MT], p_buf[PREV], ones);
         wgmma_commit();
       }
       if constexpr (C::PINGPONG) {
@@ -429,16 +391,13 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
       if constexpr (MASK) {
         if (kt * BN + BN > L) mask_keys<BN>(sc, L - kt * BN);
       }
-      softmax_tile<T, BN, C::ROWSUM_MMA>(sc, m_run[M], l_run[M], alpha, p_buf[CUR], p.scale_log2);
+      softmax_tile<T, BN>(sc, m_run[M], l_run[M], alpha, p_buf[CUR], p.scale_log2);
       AXIAL_PHASE(3);
       if constexpr (!FIRST) {
         wgmma_wait<0>();
         keep_regs(p_buf[PREV]);
 #pragma unroll
-        for (int mm = 0; mm < MT; ++mm) {
-          fence_regs(o[mm]);
-          if constexpr (C::ROWSUM_MMA) fence_regs(l_mma[mm]);
-        }
+        for (int mm = 0; mm < MT; ++mm) fence_regs(o[mm]);
       }
 #pragma unroll
       for (int jb = 0; jb < HD / 8; ++jb) {
@@ -446,12 +405,6 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
         o[M][4 * jb + 1] *= alpha[0];
         o[M][4 * jb + 2] *= alpha[1];
         o[M][4 * jb + 3] *= alpha[1];
-      }
-      if constexpr (C::ROWSUM_MMA) {
-        l_mma[M][0] *= alpha[0];
-        l_mma[M][1] *= alpha[0];
-        l_mma[M][2] *= alpha[1];
-        l_mma[M][3] *= alpha[1];
       }
       if constexpr (MT == 1) {
 #pragma unroll
@@ -477,15 +430,11 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
     // Drain: the last unit's P V.
     wgmma_fence();
     pv_issue<T, HD, BN, RB>(o[MT - 1], p_buf[1], v_prev);
-    if constexpr (C::ROWSUM_MMA) rowsum_issue<T, BN>(l_mma[MT - 1], p_buf[1], ones);
     wgmma_commit();
     wgmma_wait<0>();
     keep_regs(p_buf[1]);
 #pragma unroll
-    for (int mm = 0; mm < MT; ++mm) {
-      fence_regs(o[mm]);
-      if constexpr (C::ROWSUM_MMA) fence_regs(l_mma[mm]);
-    }
+    for (int mm = 0; mm < MT; ++mm) fence_regs(o[mm]);
     // O_h / rowsum into head h's columns of the output tile (SPLIT: of the scratch's q, as 16-byte
     // vectors; rows past the sequence's end are not written).
 #pragma unroll
@@ -493,14 +442,10 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
       float inv[2];
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
-        if constexpr (C::ROWSUM_MMA) {
-          inv[hr] = 1.f / l_mma[m][2 * hr];  // (the product summed the row over the quad's keys)
-        } else {
-          float l = l_run[m][hr];
-          l += __shfl_xor_sync(0xffffffffu, l, 1);
-          l += __shfl_xor_sync(0xffffffffu, l, 2);
-          inv[hr] = 1.f / l;
-        }
+        float l = l_run[m][hr];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        inv[hr] = 1.f / l;
       }
       const int r0 = 64 * m + warp * 16 + g;
       if constexpr (SPLIT != 0) {

@@ -27,20 +27,8 @@ namespace axial_fused {
 #ifndef AXIAL_FUSED_OUT_GEMM_BN
 #define AXIAL_FUSED_OUT_GEMM_BN 256
 #endif
-// Kernel experiment (-DAXIAL_FUSED_OUT_GEMM_CLUSTER=2, session 13, not yet run on a GPU): clusters of
-// two blocks that take vertically adjacent tiles (rows m0 and m0 + 128, the same columns) at the same
-// time and share each W_out chunk: each block copies half of the chunk's BN rows, multicast into both
-// (as K1's cluster form), so W_out is read from L2 once per 256 rows. Why: at esm the GEMM moves
-// 576 KB per tile from L2 (A 192 KB, W_out 384 KB), 442 MB a pass in 87 us, 5.1 TB/s, about what
-// L2 gives, while its products alone would take ~55 us; with W_out shared, 384 KB a tile, 295 MB a
-// pass: predicted 87 -> ~62 us if L2-bound. `empty` then takes the consumer warps of both blocks.
-#ifndef AXIAL_FUSED_OUT_GEMM_CLUSTER
-#define AXIAL_FUSED_OUT_GEMM_CLUSTER 1
-#endif
 template <class T, int D>
 struct OutGemmSm90 {
-  static constexpr int CL = AXIAL_FUSED_OUT_GEMM_CLUSTER;  // blocks per cluster: 1 or 2
-  static_assert(CL == 1 || CL == 2, "output GEMM clusters of 1 or 2 blocks");
   static constexpr int BM = 128, BN = D % AXIAL_FUSED_OUT_GEMM_BN == 0 ? AXIAL_FUSED_OUT_GEMM_BN : 128, BNW = 128;
   static constexpr int NACC = BN / BNW, KW = 64, KC = D / KW, NT = D / BN;
   static constexpr uint32_t A_STAGE = BM * KW * 2, W_STAGE = BN * KW * 2, STAGE = A_STAGE + W_STAGE;
@@ -53,20 +41,7 @@ struct OutGemmSm90 {
 };
 
 // `amap`: the scratch's q columns as [tokens, D] with a row stride of 3D, boxes of 64 x 128;
-// `wmap`: W_out [D, D], boxes of 64 x BN / CL; both with the 128-byte swizzle.
-// Work unit u (u = blockIdx.x / CL, + gridDim.x / CL, ...): row tiles (u / NT) * CL + rank (rank: the
-// block's place in its cluster), columns (u % NT) * BN; both blocks of a cluster take the same units.
-// A block's first work unit and the step between its units (read at each use, as blockIdx.x and
-// gridDim.x themselves: a variable holding them changed the CL = 1 kernel's code).
-template <int CL>
-__device__ __forceinline__ unsigned first_unit() {
-  return CL == 1 ? blockIdx.x : blockIdx.x / CL;
-}
-template <int CL>
-__device__ __forceinline__ unsigned unit_step() {
-  return CL == 1 ? gridDim.x : gridDim.x / CL;
-}
-
+// `wmap`: W_out [D, D], boxes of 64 x BN; both with the 128-byte swizzle.
 template <class T, int D>
 __global__ void __launch_bounds__(256, 1)
     out_gemm_sm90_kernel(const __grid_constant__ PassParams p, const __grid_constant__ CUtensorMap amap,
@@ -83,51 +58,29 @@ __global__ void __launch_bounds__(256, 1)
   base += (1024 - (smem_u32(base) & 1023)) & 1023;
   const uint32_t st0 = smem_u32(base);
 
-  constexpr int CL = C::CL;
   const int64_t tokens = p.num_seq * p.len;
-  const int64_t row_tiles = (tokens + BM - 1) / BM;
-  const int64_t tiles = CL == 1 ? row_tiles * NT : (row_tiles + CL - 1) / CL * NT;  // (with CL > 1: units)
-  const uint32_t rank = CL > 1 ? cluster_rank() : 0;
+  const int64_t tiles = (tokens + BM - 1) / BM * NT;
   const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
   if (tid == 0) {
     for (int k = 0; k < S; ++k) {
       mbar_init(full + 8 * k, 1);
-      mbar_init(empty + 8 * k, 8 * CL);
+      mbar_init(empty + 8 * k, 8);
     }
     fence_mbar_init_cluster();
   }
-  // Chunk `it` of this block: its (it / KC)-th unit, k-chunk it % KC. Thread 0 only. (A row tile past
-  // the end, the second block's of a last unit with an odd row-tile count, loads tile 0 instead:
-  // its outputs are not stored.)
+  // Chunk `it` of this block: its (it / KC)-th tile, k-chunk it % KC. Thread 0 only.
   auto load = [&](int64_t it) {
-    const int64_t unit = first_unit<CL>() + (it / KC) * int64_t(unit_step<CL>());
-    if (unit < tiles) {
+    const int64_t tile = blockIdx.x + (it / KC) * int64_t(gridDim.x);
+    if (tile < tiles) {
       const int s = int(it % S), kc = int(it % KC);
       if (it >= S) mbar_wait(empty + 8 * s, uint32_t((it / S) - 1) & 1);  // every warp released chunk it - S
       mbar_arrive_expect_tx(full + 8 * s, C::STAGE);
       const uint32_t st = st0 + s * C::STAGE;
-      if constexpr (CL == 1) {
-        tma_load_2d(st, &amap, kc * KW, int((unit / NT) * BM), full + 8 * s);
-        tma_load_2d(st + C::A_STAGE, &wmap, kc * KW, int(unit % NT) * BN, full + 8 * s);
-      } else {
-        const int64_t row = (unit / NT) * CL + rank;
-        tma_load_2d(st, &amap, kc * KW, row < row_tiles ? int(row * BM) : 0, full + 8 * s);
-        tma_load_2d_multicast(st + C::A_STAGE + rank * (BN / CL) * 128, &wmap, kc * KW,
-                              int(unit % NT) * BN + int(rank) * (BN / CL), full + 8 * s, (1 << CL) - 1);
-      }
+      tma_load_2d(st, &amap, kc * KW, int((tile / NT) * BM), full + 8 * s);
+      tma_load_2d(st + C::A_STAGE, &wmap, kc * KW, int(tile % NT) * BN, full + 8 * s);
     }
   };
-  // A warp's release of chunk it's stage (lane 0): this block's `empty`, and the other block's.
-  auto release = [&](int64_t it) {
-    const uint32_t bar = empty + 8 * int(it % S);
-    mbar_arrive(bar);
-    if constexpr (CL > 1) mbar_arrive_cluster(bar, rank ^ 1);
-  };
-  if constexpr (CL > 1) {
-    cluster_sync();  // both blocks' mbarriers are initialised before any multicast or remote arrival
-  } else {
-    __syncthreads();  // the mbarriers are initialised
-  }
+  __syncthreads();  // the mbarriers are initialised
   if (tid == 0)
     for (int it = 0; it < S; ++it) load(it);
   __syncwarp();
@@ -135,8 +88,8 @@ __global__ void __launch_bounds__(256, 1)
   const int r0 = wg * 64 + warp * 16 + g;  // this thread's first row in the tile
   using Add = typename OutEpilogue<T>::Addend;
   int64_t it = 0;
-  for (int64_t tile = first_unit<CL>(), ti = 0; tile < tiles; tile += unit_step<CL>(), ++ti) {
-    const int64_t m0 = ((tile / NT) * CL + rank) * BM;  // (past the end: no row is valid, none stored)
+  for (int64_t tile = blockIdx.x, ti = 0; tile < tiles; tile += gridDim.x, ++ti) {
+    const int64_t m0 = (tile / NT) * BM;
     const int n0 = int(tile % NT) * BN;
     int64_t* xo = tables + (ti & 1) * 2 * BM;
     int64_t* oo = xo + BM;
@@ -171,7 +124,7 @@ __global__ void __launch_bounds__(256, 1)
       wgmma_commit();
       wgmma_wait<1>();  // chunk it - 1's products are done: release it, refill its stage
       if (kc > 0) {
-        if (lane == 0) release(it - 1);
+        if (lane == 0) mbar_arrive(empty + 8 * int((it - 1) % S));
         if (tid == 0) load(it - 1 + S);
         __syncwarp();
       }
@@ -179,7 +132,7 @@ __global__ void __launch_bounds__(256, 1)
     wgmma_wait<0>();
 #pragma unroll
     for (int j = 0; j < NACC; ++j) fence_regs(acc[j]);
-    if (lane == 0) release(it - 1);  // the tile's last chunk
+    if (lane == 0) mbar_arrive(empty + 8 * int((it - 1) % S));  // the tile's last chunk
     if (tid == 0) load(it - 1 + S);
     __syncwarp();
 #pragma unroll
@@ -188,7 +141,6 @@ __global__ void __launch_bounds__(256, 1)
       chunk_epilogue<T, BNW, false, true>(acc[j], add, r0, n0 + j * BNW, t, epi);
     }
   }
-  if constexpr (CL > 1) cluster_sync();  // the other block's last remote arrivals have landed here
 #else
   __trap();
 #endif

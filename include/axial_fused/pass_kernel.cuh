@@ -1082,30 +1082,6 @@ inline cudaError_t current_device_attribute(int* value) {
   return per_device(cache, value, [](int device, int* v) { return cudaDeviceGetAttribute(v, ATTR, device); });
 }
 
-// How many clusters of CLUSTER blocks of Kernel (threads, smem) can be resident at once on the
-// current device (cudaOccupancyMaxActiveClusters): the grid of a persistent clustered kernel. Sets
-// the kernel's shared-memory limit first, as launch_with_smem.
-template <auto Kernel, int CLUSTER>
-inline cudaError_t max_active_clusters(int threads, size_t smem, int* clusters) {
-  static std::atomic<int> cache[64];  // 0: not asked yet
-  return per_device(cache, clusters, [&](int, int* n) {
-    cudaError_t e = cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-    if (e != cudaSuccess) return e;
-    cudaLaunchAttribute attr;
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = CLUSTER;
-    attr.val.clusterDim.y = 1;
-    attr.val.clusterDim.z = 1;
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(CLUSTER, 1, 1);
-    config.blockDim = dim3(threads, 1, 1);
-    config.dynamicSmemBytes = smem;
-    config.attrs = &attr;
-    config.numAttrs = 1;
-    return cudaOccupancyMaxActiveClusters(n, Kernel, &config);
-  });
-}
-
 // Launches Kernel with `smem` bytes of dynamic shared memory. Above 48 KB a kernel must opt in
 // (cudaFuncSetAttribute, a driver call): done once per kernel and device, to the device's limit
 // (the attribute only permits; occupancy follows each launch's own request), so the hot path makes
@@ -1205,32 +1181,21 @@ inline cudaError_t launch_split(const PassParams& p, int64_t tokens, cudaStream_
     // O in the scratch's q columns: [tokens, D] with rows 3D apart; W_out [D, D].
     if (encode_map<T, 2>(&amap, p.scratch, {cuuint64_t(D), cuuint64_t(tokens)}, {cuuint64_t(3 * D) * sizeof(T)},
                          {cuuint32_t(G::KW), cuuint32_t(G::BM)}, CU_TENSOR_MAP_SWIZZLE_128B) != cudaSuccess ||
-        encode_weight_map<T>(&wmap, p.w_out, D, D, G::KW, G::BN / G::CL) != cudaSuccess)
+        encode_weight_map<T>(&wmap, p.w_out, D, D, G::KW, G::BN) != cudaSuccess)
       return cudaErrorNotSupported;
     // The GEMM's grid first: nothing may be launched before the last cudaErrorNotSupported (the
     // caller then runs the fused kernel, which reads q from the scratch the split kernel overwrites).
-    int64_t gemm_blocks = 0;
-    if constexpr (G::CL == 1) {
-      int sms = 0;
-      const cudaError_t e = current_device_attribute<cudaDevAttrMultiProcessorCount>(&sms);
-      if (e != cudaSuccess) return e;
-      const int64_t tiles = (tokens + G::BM - 1) / G::BM * G::NT;
-      gemm_blocks = tiles < sms ? tiles : sms;
-    } else {  // as many clusters as can be resident at once (a GPC with an odd SM count leaves one out)
-      int clusters = 0;
-      const cudaError_t e = max_active_clusters<out_gemm_sm90_kernel<T, D>, G::CL>(256, G::SMEM, &clusters);
-      if (e != cudaSuccess) return e;
-      if (clusters <= 0) return cudaErrorNotSupported;
-      const int64_t units = ((tokens + G::BM - 1) / G::BM + G::CL - 1) / G::CL * G::NT;
-      gemm_blocks = G::CL * (units < clusters ? units : clusters);
-    }
+    int sms = 0;
+    const cudaError_t e0 = current_device_attribute<cudaDevAttrMultiProcessorCount>(&sms);
+    if (e0 != cudaSuccess) return e0;
+    const int64_t tiles = (tokens + G::BM - 1) / G::BM * G::NT, gemm_blocks = tiles < sms ? tiles : sms;
     // 64 queries a block where the sequence is no longer (a 128-query block would be half padding).
     const cudaError_t e =
         p.len <= 64 ? launch_with_smem<attn_sm90_split_kernel<T, D, HEADS, 64>>(p.num_seq, 256, A64::SMEM, stream, p)
                     : launch_with_smem<attn_sm90_split_kernel<T, D, HEADS, 128>>(
                           p.num_seq * ((p.len + A::BM - 1) / A::BM), 256, A::SMEM, stream, p);
     if (e != cudaSuccess) return e == cudaErrorNotSupported ? cudaErrorUnknown : e;  // (no fallback from here)
-    const cudaError_t g = launch_with_smem<out_gemm_sm90_kernel<T, D>, G::CL>(gemm_blocks, 256, G::SMEM, stream, p, amap, wmap);
+    const cudaError_t g = launch_with_smem<out_gemm_sm90_kernel<T, D>>(gemm_blocks, 256, G::SMEM, stream, p, amap, wmap);
     return g == cudaErrorNotSupported ? cudaErrorUnknown : g;
   } else {
     return cudaErrorNotSupported;

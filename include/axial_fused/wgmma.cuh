@@ -299,28 +299,6 @@ template <> struct WgmmaRS<__half, 128> {
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate), "n"(TRANS_B));
   }
 };
-// m64n8k16 (the attention kernel's row sums on the tensor cores, -DAXIAL_FUSED_ATTN_ROWSUM_MMA=1).
-template <> struct WgmmaRS<__nv_bfloat16, 8> {
-  template <int TRANS_B = 0>
-  static __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint64_t b, int accumulate) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1, %10;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate), "n"(TRANS_B));
-  }
-};
-
-template <> struct WgmmaRS<__half, 8> {
-  template <int TRANS_B = 0>
-  static __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint64_t b, int accumulate) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1, %10;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate), "n"(TRANS_B));
-  }
-};
 #else
 template <class T, int N>
 struct WgmmaRS {
