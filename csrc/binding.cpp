@@ -85,6 +85,9 @@ std::atomic<int> g_hopper_fused_min_len{32};
 // Whether the two-kernel path's second kernel runs on the Hopper wgmma attention kernel where it serves
 // (head_dim 32 or 64, 16-bit, sm_90a); off: the mma.sync attention kernel, for comparisons.
 std::atomic<int> g_hopper_attention{1};
+// Experiment (session 14, default off, not yet measured): the Hopper fused kernel packs sequences by
+// whole waves (sequences_per_block_waves) instead of by sequences_per_block's rule.
+std::atomic<int> g_hopper_pack_waves{0};
 
 // The specializations fused_sm90_kernel exists for (FusedSm90<T, D, HEADS>::SERVED).
 bool hopper_fused_serves(const SpecInfo* spec) {
@@ -97,6 +100,29 @@ bool hopper_fused_serves(const SpecInfo* spec) {
 int sequences_per_block(int64_t num_seq, int len, int sms, int block_tokens) {
   const int64_t by_sms = num_seq / std::max(sms, 1);
   return int(std::max<int64_t>(1, std::min<int64_t>(block_tokens / len, by_sms)));
+}
+
+// Sequences per block of the Hopper fused kernel by whole waves: its block runs every product and
+// softmax over all 128 rows however many hold tokens, so a block of two packed sequences costs about
+// what a block of one does, and the pass takes (waves of one block per SM) x (one block's time). The
+// fewest waves that 1 to block_tokens / len sequences a block reach, with the fewest sequences a
+// block that reach them. Where sequences_per_block differs it leaves a last partial wave: odd's
+// column pass (200 sequences of 56 tokens on 132 SMs), 1 a block in 2 waves (60 of the forward's 84
+// us) against 2 a block in 1 wave here. Never more waves than sequences_per_block.
+int sequences_per_block_waves(int64_t num_seq, int len, int sms, int block_tokens) {
+  const int cap = std::max(1, block_tokens / std::max(len, 1));
+  const int64_t per_wave = std::max(sms, 1);
+  auto waves = [&](int g) { return ((num_seq + g - 1) / g + per_wave - 1) / per_wave; };
+  const int64_t fewest = waves(cap);  // (waves(g) never grows with g)
+  int g = 1;
+  while (waves(g) > fewest) ++g;
+  return g;
+}
+
+// The Hopper fused kernel's sequences per block (g_hopper_pack_waves picks the rule).
+int hopper_sequences_per_block(int64_t num_seq, int len, int sms) {
+  return g_hopper_pack_waves.load() ? sequences_per_block_waves(num_seq, len, sms, 128)
+                                    : sequences_per_block(num_seq, len, sms, 128);
 }
 
 struct Plan {
@@ -117,7 +143,7 @@ Plan plan_pass(const SpecInfo* spec, int64_t num_seq, int len, int math, int dev
                 "axial_fused: the Hopper fused path was forced but needs sm_90a, float16/bfloat16, head_dim 32, an "
                 "even number of heads, dim <= 256 and length <= 128; got sm_", dev.arch, ", dim ", spec->dim,
                 ", heads ", spec->heads, ", length ", len);
-    return {kPathFusedSm90, sequences_per_block(num_seq, len, dev.sms, 128)};
+    return {kPathFusedSm90, hopper_sequences_per_block(num_seq, len, dev.sms)};
   }
   if (forced == kPathFused) {
     TORCH_CHECK(fits, "axial_fused: the fused path was forced but ", len, " tokens of dim ", spec->dim,
@@ -127,7 +153,7 @@ Plan plan_pass(const SpecInfo* spec, int64_t num_seq, int len, int math, int dev
   if (forced == kPathTwoKernel) return {kPathTwoKernel, 1};
   if (dev.arch == 90 && built_with_sm90a() && hopper_fused_serves(spec) && len >= g_hopper_fused_min_len.load() &&
       len <= 128) {
-    return {kPathFusedSm90, sequences_per_block(num_seq, len, dev.sms, 128)};
+    return {kPathFusedSm90, hopper_sequences_per_block(num_seq, len, dev.sms)};
   }
   if (fits && rows <= g_fused_max_rows.load()) return {kPathFused, group};
   return {kPathTwoKernel, 1};
@@ -500,6 +526,12 @@ PYBIND11_MODULE(_C, m) {
         "shortest sequence the automatic choice gives the Hopper fused kernel (default 32)");
   m.def("set_hopper_attention", [](bool on) { g_hopper_attention.store(on ? 1 : 0); },
         "whether the two-kernel path's attention runs on the Hopper wgmma kernel where it serves (default on)");
+  m.def("set_hopper_pack_waves", [](bool on) { g_hopper_pack_waves.store(on ? 1 : 0); },
+        "experiment: the Hopper fused kernel packs sequences by whole waves of one block per SM (default off)");
+  m.def("sequences_per_block", [](int64_t num_seq, int len, int sms, int block_tokens, bool waves) {
+    return waves ? sequences_per_block_waves(num_seq, len, sms, block_tokens)
+                 : sequences_per_block(num_seq, len, sms, block_tokens);
+  }, "the packing rules (waves: the Hopper fused kernel's experiment), for tests");
   m.def("set_fused_max_rows", [](int rows) { g_fused_max_rows.store(rows); },
         "largest fused buffer (tokens per block) the automatic choice takes");
   m.def("device_smem_optin", [](int device) { return device_info(device).smem_optin; });

@@ -1,7 +1,7 @@
 """Per-kernel GPU time of one forward for benchmark shapes (torch.profiler), to see where time goes.
 
     PYTHONPATH=src python scripts/kernel_times.py [SHAPE ...] [--path auto|fused|two_kernel|fused_sm90]
-        [--fused-max-rows N] [--hopper-min-len N] [--no-hopper-attention]
+        [--fused-max-rows N] [--hopper-min-len N] [--no-hopper-attention] [--pack-waves]
 
 SHAPE: a benchmark suite name (seed, vision, ...) or B,H,W,D,heads[,dtype] (dtype bfloat16 unless given).
 
@@ -30,7 +30,11 @@ def main() -> None:
                     help="shortest sequence the automatic choice gives the Hopper fused kernel (default: the built-in 32)")
     ap.add_argument("--no-hopper-attention", action="store_true",
                     help="the two-kernel path's attention on the mma.sync kernel instead of the Hopper wgmma one")
+    ap.add_argument("--pack-waves", action="store_true",
+                    help="experiment: the Hopper fused kernel packs sequences by whole waves (set_hopper_pack_waves)")
     args = ap.parse_args()
+    if args.pack_waves:
+        af._ext.C.set_hopper_pack_waves(True)
     if args.no_hopper_attention:
         af._ext.C.set_hopper_attention(False)
     if args.hopper_min_len is not None:

@@ -339,3 +339,28 @@ def test_bench_resolve_shape():
     for bad in ("lat", "1,2,3,64", "1,2,3,64,4,int8", "1,2,x,64,4"):
         with pytest.raises(ValueError, match="B,H,W,D,heads"):
             bench.resolve_shape(bad)
+
+
+@needs_ext
+def test_hopper_packing_by_whole_waves():
+    # sequences_per_block(num_seq, len, sms, block_tokens, waves): the default rule (as many as fit,
+    # but no fewer blocks than SMs) and the session-14 experiment for the Hopper fused kernel, whose
+    # block costs the same for any number of its 128 rows filled: the fewest waves of one block per SM,
+    # then the fewest sequences a block.
+    rule = _ext.C.sequences_per_block
+    assert rule(200, 56, 132, 128, False) == 1 and rule(200, 56, 132, 128, True) == 2  # odd's column pass
+    assert rule(140, 40, 132, 128, False) == 1 and rule(140, 40, 132, 128, True) == 2
+    for n, length, want in [(512, 64, 2), (1000, 32, 4), (100, 56, 1), (264, 56, 2), (112, 100, 1), (0, 5, 1)]:
+        assert rule(n, length, 132, 128, True) == want, (n, length)
+        assert rule(n, length, 132, 128, False) == want, (n, length)  # where both rules agree
+
+    def waves(n, g, sms):
+        return -(-(-(-n // g)) // sms)
+
+    for n in range(1, 700, 7):
+        for length in (1, 9, 32, 33, 56, 64, 100, 128):
+            for sms in (1, 108, 132):
+                g, old = rule(n, length, sms, 128, True), rule(n, length, sms, 128, False)
+                assert 1 <= g <= max(1, 128 // length)
+                assert waves(n, g, sms) <= waves(n, old, sms)
+                assert all(waves(n, h, sms) > waves(n, g, sms) for h in range(1, g))

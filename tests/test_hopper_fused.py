@@ -78,6 +78,25 @@ def test_nan_inf_stay_in_their_sequence(case, bad):
     check_nonfinite_isolated(case, bad, w, dim, dtype, HOPPER_FUSED)
 
 
+@pytest.mark.parametrize("B,H,W", [(2, 56, 100), (1, 40, 140)], ids=lambda v: str(v))
+def test_packing_by_waves(B, H, W):
+    """The experiment set_hopper_pack_waves(True) (session 14, off by default): where it packs more
+    sequences a block than the default rule (odd's column pass on 132 SMs: two of 56 tokens a block,
+    one wave, instead of one a block in two waves), the results still match float64."""
+    w, dim, dtype = first_spec(seed=21)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    if _ext.C.sequences_per_block(B * W, H, sms, 128, True) == _ext.C.sequences_per_block(B * W, H, sms, 128, False):
+        pytest.skip(f"the two packing rules agree on this GPU's {sms} SMs")
+    x = rand_x((B, H, W, dim), dtype, "cuda", seed=22)
+    _ext.C.set_hopper_pack_waves(True)
+    try:
+        with tf32(False):
+            check(x, w)
+            check(x, w, fn="pass", axis="col")
+    finally:
+        _ext.C.set_hopper_pack_waves(False)
+
+
 def kernels_launched(fn) -> list[str]:
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         fn()
