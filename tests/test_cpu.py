@@ -354,8 +354,11 @@ def test_hopper_packing_by_whole_waves():
         assert rule(n, length, 132, 128, True) == want, (n, length)
         assert rule(n, length, 132, 128, False) == want, (n, length)  # where both rules agree
 
-    def waves(n, g, sms):
-        return -(-(-(-n // g)) // sms)
+    def ceil_div(a, b):
+        return -(-a // b)
+
+    def waves(n, g, sms):  # waves of one block per SM when each block packs g of n sequences
+        return ceil_div(ceil_div(n, g), sms)
 
     for n in range(1, 700, 7):
         for length in (1, 9, 32, 33, 56, 64, 100, 128):
