@@ -85,9 +85,15 @@ std::atomic<int> g_hopper_fused_min_len{32};
 // Whether the two-kernel path's second kernel runs on the Hopper wgmma attention kernel where it serves
 // (head_dim 32 or 64, 16-bit, sm_90a); off: the mma.sync attention kernel, for comparisons.
 std::atomic<int> g_hopper_attention{1};
-// Experiment (session 14, default off, not yet measured): the Hopper fused kernel packs sequences by
-// whole waves (sequences_per_block_waves) instead of by sequences_per_block's rule.
-std::atomic<int> g_hopper_pack_waves{0};
+// Whether the Hopper fused kernel packs sequences by whole waves (sequences_per_block_waves, the
+// default since session 15: odd 83 -> 58 us) or, off, by sequences_per_block's rule, for comparisons.
+std::atomic<int> g_hopper_pack_waves{1};
+// Largest D (above 64) at which the automatic choice takes the two-kernel path over the Hopper fused
+// kernel when the fused kernel would need more than one wave of blocks (hopper_two_kernel_pays);
+// 0: never. Measured faster at D = 128 (session 15: vision 75.8 -> 67.9 us, fused_graph), but off
+// by default until its GPU tests have passed on the device (the session's device time ran out
+// after the last change); 128 turns it on.
+std::atomic<int> g_hopper_two_kernel_max_dim{0};
 
 // The specializations fused_sm90_kernel exists for (FusedSm90<T, D, HEADS>::SERVED).
 bool hopper_fused_serves(const SpecInfo* spec) {
@@ -107,8 +113,8 @@ int sequences_per_block(int64_t num_seq, int len, int sms, int block_tokens) {
 // what a block of one does, and the pass takes (waves of one block per SM) x (one block's time). The
 // fewest waves that 1 to block_tokens / len sequences a block reach, with the fewest sequences a
 // block that reach them. Where sequences_per_block differs it leaves a last partial wave: odd's
-// column pass (200 sequences of 56 tokens on 132 SMs), 1 a block in 2 waves (60 of the forward's 84
-// us) against 2 a block in 1 wave here. Never more waves than sequences_per_block.
+// column pass (200 sequences of 56 tokens on 132 SMs), 1 a block in 2 waves (54 us) against 2 a block
+// in 1 wave here (29 us; session 15). Never more waves than sequences_per_block.
 int sequences_per_block_waves(int64_t num_seq, int len, int sms, int block_tokens) {
   const int cap = std::max(1, block_tokens / std::max(len, 1));
   const int64_t per_wave = std::max(sms, 1);
@@ -123,6 +129,19 @@ int sequences_per_block_waves(int64_t num_seq, int len, int sms, int block_token
 int hopper_sequences_per_block(int64_t num_seq, int len, int sms) {
   return g_hopper_pack_waves.load() ? sequences_per_block_waves(num_seq, len, sms, 128)
                                     : sequences_per_block(num_seq, len, sms, 128);
+}
+
+// Whether the two-kernel path beats the Hopper fused kernel (which packs `per_block` of `num_seq`
+// sequences a block). A fused block costs about the same however many of its 128 rows hold tokens
+// (one block's time: 18.6 us at D = 128, 38 at 256), while the two-kernel path's time grows with
+// the tokens (about 1.0 ns a token a pass at D = 128, 2.5 at 256). So the fused kernel wins in one
+// wave of blocks at any D. Past one wave, measured in session 15 (us of kernels per forward, fused /
+// two-kernel): D = 128 loses (vision 74.7 / 65.1; 5x64x64 74.9 / 56.3), D = 64 wins (8x64x64 42.3 /
+// 66.5; 5x64x64 42.0 / 53.7), and so do D = 192 (odd's kernels on the two-kernel path: 93.7 against
+// 58) and 256 (latent 151.5 / 167.5). Hence only 64 < D <= g_hopper_two_kernel_max_dim.
+bool hopper_two_kernel_pays(const SpecInfo* spec, int64_t num_seq, int per_block, int sms) {
+  const int64_t blocks = (num_seq + per_block - 1) / per_block;
+  return spec->dim > 64 && spec->dim <= g_hopper_two_kernel_max_dim.load() && blocks > std::max(sms, 1);
 }
 
 struct Plan {
@@ -153,7 +172,9 @@ Plan plan_pass(const SpecInfo* spec, int64_t num_seq, int len, int math, int dev
   if (forced == kPathTwoKernel) return {kPathTwoKernel, 1};
   if (dev.arch == 90 && built_with_sm90a() && hopper_fused_serves(spec) && len >= g_hopper_fused_min_len.load() &&
       len <= 128) {
-    return {kPathFusedSm90, hopper_sequences_per_block(num_seq, len, dev.sms)};
+    const int per_block = hopper_sequences_per_block(num_seq, len, dev.sms);
+    if (!hopper_two_kernel_pays(spec, num_seq, per_block, dev.sms)) return {kPathFusedSm90, per_block};
+    return {kPathTwoKernel, 1};
   }
   if (fits && rows <= g_fused_max_rows.load()) return {kPathFused, group};
   return {kPathTwoKernel, 1};
@@ -527,11 +548,18 @@ PYBIND11_MODULE(_C, m) {
   m.def("set_hopper_attention", [](bool on) { g_hopper_attention.store(on ? 1 : 0); },
         "whether the two-kernel path's attention runs on the Hopper wgmma kernel where it serves (default on)");
   m.def("set_hopper_pack_waves", [](bool on) { g_hopper_pack_waves.store(on ? 1 : 0); },
-        "experiment: the Hopper fused kernel packs sequences by whole waves of one block per SM (default off)");
+        "whether the Hopper fused kernel packs sequences by whole waves of one block per SM (default on); "
+        "off: as many as fit but no fewer blocks than SMs (the mma.sync kernel's rule), for comparisons");
+  m.def("set_hopper_two_kernel_max_dim", [](int dim) { return g_hopper_two_kernel_max_dim.exchange(dim); },
+        "largest D (above 64) at which a pass the Hopper fused kernel would run in more than one wave of "
+        "blocks goes to the two-kernel path instead (default 0: never; 128: vision's case); returns the "
+        "previous value");
+  m.def("hopper_pack_waves", [] { return g_hopper_pack_waves.load() != 0; },
+        "whether the Hopper fused kernel packs sequences by whole waves (set_hopper_pack_waves)");
   m.def("sequences_per_block", [](int64_t num_seq, int len, int sms, int block_tokens, bool waves) {
     return waves ? sequences_per_block_waves(num_seq, len, sms, block_tokens)
                  : sequences_per_block(num_seq, len, sms, block_tokens);
-  }, "the packing rules (waves: the Hopper fused kernel's experiment), for tests");
+  }, "the packing rules (waves: the Hopper fused kernel's default), for tests");
   m.def("set_fused_max_rows", [](int rows) { g_fused_max_rows.store(rows); },
         "largest fused buffer (tokens per block) the automatic choice takes");
   m.def("device_smem_optin", [](int device) { return device_info(device).smem_optin; });

@@ -1,7 +1,8 @@
 """Per-kernel GPU time of one forward for benchmark shapes (torch.profiler), to see where time goes.
 
     PYTHONPATH=src python scripts/kernel_times.py [SHAPE ...] [--path auto|fused|two_kernel|fused_sm90]
-        [--fused-max-rows N] [--hopper-min-len N] [--no-hopper-attention] [--pack-waves]
+        [--fused-max-rows N] [--hopper-min-len N] [--no-hopper-attention] [--no-pack-waves]
+        [--hopper-two-kernel-max-dim N]
 
 SHAPE: a benchmark suite name (seed, vision, ...) or B,H,W,D,heads[,dtype] (dtype bfloat16 unless given).
 
@@ -30,11 +31,17 @@ def main() -> None:
                     help="shortest sequence the automatic choice gives the Hopper fused kernel (default: the built-in 32)")
     ap.add_argument("--no-hopper-attention", action="store_true",
                     help="the two-kernel path's attention on the mma.sync kernel instead of the Hopper wgmma one")
-    ap.add_argument("--pack-waves", action="store_true",
-                    help="experiment: the Hopper fused kernel packs sequences by whole waves (set_hopper_pack_waves)")
+    ap.add_argument("--no-pack-waves", action="store_true",
+                    help="the Hopper fused kernel packs sequences by the older rule (as many as fit, no fewer "
+                         "blocks than SMs) instead of by whole waves (set_hopper_pack_waves(False))")
+    ap.add_argument("--hopper-two-kernel-max-dim", type=int, default=None,
+                    help="largest D at which a pass the Hopper fused kernel would run in more than one wave "
+                         "goes to the two-kernel path (default: the built-in 0, never; 128: vision's case, session 15)")
     args = ap.parse_args()
-    if args.pack_waves:
-        af._ext.C.set_hopper_pack_waves(True)
+    if args.hopper_two_kernel_max_dim is not None:
+        af._ext.C.set_hopper_two_kernel_max_dim(args.hopper_two_kernel_max_dim)
+    if args.no_pack_waves:
+        af._ext.C.set_hopper_pack_waves(False)
     if args.no_hopper_attention:
         af._ext.C.set_hopper_attention(False)
     if args.hopper_min_len is not None:

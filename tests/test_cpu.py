@@ -343,10 +343,11 @@ def test_bench_resolve_shape():
 
 @needs_ext
 def test_hopper_packing_by_whole_waves():
-    # sequences_per_block(num_seq, len, sms, block_tokens, waves): the default rule (as many as fit,
-    # but no fewer blocks than SMs) and the session-14 experiment for the Hopper fused kernel, whose
+    # sequences_per_block(num_seq, len, sms, block_tokens, waves): the mma.sync kernel's rule (as many as fit,
+    # but no fewer blocks than SMs) and the Hopper fused kernel's (the default since session 15), whose
     # block costs the same for any number of its 128 rows filled: the fewest waves of one block per SM,
     # then the fewest sequences a block.
+    assert _ext.C.hopper_pack_waves()  # the default since session 15 (odd 83 -> 58 us)
     rule = _ext.C.sequences_per_block
     assert rule(200, 56, 132, 128, False) == 1 and rule(200, 56, 132, 128, True) == 2  # odd's column pass
     assert rule(140, 40, 132, 128, False) == 1 and rule(140, 40, 132, 128, True) == 2
