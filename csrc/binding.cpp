@@ -139,9 +139,9 @@ int hopper_sequences_per_block(int64_t num_seq, int len, int sms) {
 // two-kernel): D = 128 loses (vision 74.7 / 65.1; 5x64x64 74.9 / 56.3), D = 64 wins (8x64x64 42.3 /
 // 66.5; 5x64x64 42.0 / 53.7), and so do D = 192 (odd's kernels on the two-kernel path: 93.7 against
 // 58) and 256 (latent 151.5 / 167.5). Hence only 64 < D <= g_hopper_two_kernel_max_dim.
-bool hopper_two_kernel_pays(const SpecInfo* spec, int64_t num_seq, int per_block, int sms) {
-  const int64_t blocks = (num_seq + per_block - 1) / per_block;
-  return spec->dim > 64 && spec->dim <= g_hopper_two_kernel_max_dim.load() && blocks > std::max(sms, 1);
+bool hopper_two_kernel_pays(int dim, int64_t num_seq, int per_block, int sms) {
+  const int64_t blocks = (num_seq + per_block - 1) / std::max(per_block, 1);
+  return dim > 64 && dim <= g_hopper_two_kernel_max_dim.load() && blocks > std::max(sms, 1);
 }
 
 struct Plan {
@@ -173,7 +173,7 @@ Plan plan_pass(const SpecInfo* spec, int64_t num_seq, int len, int math, int dev
   if (dev.arch == 90 && built_with_sm90a() && hopper_fused_serves(spec) && len >= g_hopper_fused_min_len.load() &&
       len <= 128) {
     const int per_block = hopper_sequences_per_block(num_seq, len, dev.sms);
-    if (!hopper_two_kernel_pays(spec, num_seq, per_block, dev.sms)) return {kPathFusedSm90, per_block};
+    if (!hopper_two_kernel_pays(spec->dim, num_seq, per_block, dev.sms)) return {kPathFusedSm90, per_block};
     return {kPathTwoKernel, 1};
   }
   if (fits && rows <= g_fused_max_rows.load()) return {kPathFused, group};
@@ -554,6 +554,8 @@ PYBIND11_MODULE(_C, m) {
         "largest D (above 64) at which a pass the Hopper fused kernel would run in more than one wave of "
         "blocks goes to the two-kernel path instead (default 0: never; 128: vision's case); returns the "
         "previous value");
+  m.def("hopper_two_kernel_pays", &hopper_two_kernel_pays, "whether the automatic choice sends a Hopper fused pass (dim, sequences, per block, SMs) to the "
+     "two-kernel path under the current setting, for tests");
   m.def("hopper_pack_waves", [] { return g_hopper_pack_waves.load() != 0; },
         "whether the Hopper fused kernel packs sequences by whole waves (set_hopper_pack_waves)");
   m.def("sequences_per_block", [](int64_t num_seq, int len, int sms, int block_tokens, bool waves) {
