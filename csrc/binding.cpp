@@ -554,8 +554,9 @@ PYBIND11_MODULE(_C, m) {
         "largest D (above 64) at which a pass the Hopper fused kernel would run in more than one wave of "
         "blocks goes to the two-kernel path instead (default 0: never; 128: vision's case); returns the "
         "previous value");
-  m.def("hopper_two_kernel_pays", &hopper_two_kernel_pays, "whether the automatic choice sends a Hopper fused pass (dim, sequences, per block, SMs) to the "
-     "two-kernel path under the current setting, for tests");
+  m.def("hopper_two_kernel_pays", &hopper_two_kernel_pays,
+        "whether the automatic choice sends a Hopper fused pass (dim, sequences, per block, SMs) to the "
+        "two-kernel path under the current setting, for tests");
   m.def("hopper_pack_waves", [] { return g_hopper_pack_waves.load() != 0; },
         "whether the Hopper fused kernel packs sequences by whole waves (set_hopper_pack_waves)");
   m.def("sequences_per_block", [](int64_t num_seq, int len, int sms, int block_tokens, bool waves) {

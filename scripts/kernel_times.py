@@ -35,7 +35,7 @@ def main() -> None:
                     help="the Hopper fused kernel packs sequences by the older rule (as many as fit, no fewer "
                          "blocks than SMs) instead of by whole waves (set_hopper_pack_waves(False))")
     ap.add_argument("--hopper-two-kernel-max-dim", type=int, default=None,
-                    help="largest D at which a pass the Hopper fused kernel would run in more than one wave "
+                    help="largest D (above 64) at which a pass the Hopper fused kernel would run in more than one wave "
                          "goes to the two-kernel path (default: the built-in 0, never; 128: vision's case, session 15)")
     args = ap.parse_args()
     if args.hopper_two_kernel_max_dim is not None:

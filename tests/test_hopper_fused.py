@@ -109,8 +109,8 @@ def kernels_launched(fn) -> list[str]:
                                           (3, 16, 100, (True, False)), (2, 129, 8, (False, False))],
                          ids=lambda v: str(v))
 def test_automatic_choice(B, H, W, hopper):
-    """Without an override, a pass of length 32..128 runs fused_sm90_kernel;
-    other lengths do not. `hopper` says (row pass, column pass): the row pass has length W, the column pass H."""
+    """Without an override, a pass of length 32..128 runs fused_sm90_kernel; other lengths do not.
+    `hopper` says (row pass, column pass): the row pass has length W, the column pass H."""
     w, dim, dtype = first_spec(seed=5)
     x = rand_x((B, H, W, dim), dtype, "cuda", seed=6)
     with torch.inference_mode():
