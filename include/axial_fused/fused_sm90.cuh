@@ -59,9 +59,12 @@ struct FusedSm90 {
 #ifndef AXIAL_FUSED_SM90_OUT_PRE
 #define AXIAL_FUSED_SM90_OUT_PRE 0
 #endif
+  // (Never more than the projection's chunks: at D = 64 it has one.)
+  static constexpr int OUT_CHUNKS = (D / OUT_BNW) * KC;
   static constexpr int OUT_PRE_FIT = int(SW * STAGE / (OUT_BNW * 128));
+  static constexpr int OUT_PRE_MAX = OUT_PRE_FIT < OUT_S - 2 ? OUT_PRE_FIT : OUT_S - 2;
   static constexpr int OUT_PRE =
-      AXIAL_FUSED_SM90_OUT_PRE ? (OUT_PRE_FIT < OUT_S - 2 ? OUT_PRE_FIT : OUT_S - 2) : 0;
+      AXIAL_FUSED_SM90_OUT_PRE ? (OUT_PRE_MAX < OUT_CHUNKS ? OUT_PRE_MAX : OUT_CHUNKS) : 0;
   // -DAXIAL_FUSED_OUT_TMA=1 (kernel experiment; wgmma.cuh): the output projection's weight by
   // tensor-map copies here too (wg_gemm_tma, 64-deep chunks; session 6 measured this projection at
   // ~30k cycles per block at latent against ~4k at the tensor rate). Its mbarriers (full[8],

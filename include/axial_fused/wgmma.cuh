@@ -702,9 +702,9 @@ template <class T, int WGM, int WGN, int BNW, int N, int K, int S, bool VEC8 = f
           class Epi, class Prologue>
 __device__ __forceinline__ void wg_gemm(const T* A, const T* W, T* ws, Epi&& epi, Prologue&& prologue) {
   static_assert(WGM * WGN <= 2 && (BNW == 32 || BNW == 64 || BNW == 128) && S >= 3, "1-2 warpgroups; n32/64/128 tiles");
-  static_assert(PRE >= 0 && PRE <= S - 2, "at most S - 2 chunks requested ahead by the caller");
   static_assert(KW == 32 || KW == 64, "32- or 64-column weight chunks");
   constexpr int BM = 64 * WGM, CN = WGN * BNW, KC = K / KW, ITERS = (N / CN) * KC, THREADS = 128 * WGM * WGN;
+  static_assert(PRE >= 0 && PRE <= S - 2 && PRE <= ITERS, "at most S - 2 of the chunks requested ahead by the caller");
   constexpr int RB = KW * 2, CPR = KW / 8;  // bytes and 16-byte pieces per weight-chunk row
   static_assert(N % CN == 0 && K % 64 == 0, "weight chunks must tile the weight");
   const int wg = threadIdx.x >> 7, wm = wg % WGM, wn = wg / WGM;
