@@ -90,10 +90,9 @@ std::atomic<int> g_hopper_attention{1};
 std::atomic<int> g_hopper_pack_waves{1};
 // Largest D (above 64) at which the automatic choice takes the two-kernel path over the Hopper fused
 // kernel when the fused kernel would need more than one wave of blocks (hopper_two_kernel_pays);
-// 0: never. Measured faster at D = 128 (session 15: vision 75.8 -> 67.9 us, fused_graph), but off
-// by default until its GPU tests have passed on the device (the session's device time ran out
-// after the last change); 128 turns it on.
-std::atomic<int> g_hopper_two_kernel_max_dim{0};
+// 0: never. Measured faster at D = 128 (session 15: vision 75.8 -> 67.9 us, fused_graph); the
+// default since session 16, when its GPU tests passed on the device.
+std::atomic<int> g_hopper_two_kernel_max_dim{128};
 
 // The specializations fused_sm90_kernel exists for (FusedSm90<T, D, HEADS>::SERVED).
 bool hopper_fused_serves(const SpecInfo* spec) {
@@ -552,7 +551,7 @@ PYBIND11_MODULE(_C, m) {
         "off: as many as fit but no fewer blocks than SMs (the mma.sync kernel's rule), for comparisons");
   m.def("set_hopper_two_kernel_max_dim", [](int dim) { return g_hopper_two_kernel_max_dim.exchange(dim); },
         "largest D (above 64) at which a pass the Hopper fused kernel would run in more than one wave of "
-        "blocks goes to the two-kernel path instead (default 0: never; 128: vision's case); returns the "
+        "blocks goes to the two-kernel path instead (default 128: vision's case; 0: never); returns the "
         "previous value");
   m.def("hopper_two_kernel_pays", &hopper_two_kernel_pays,
         "whether the automatic choice sends a Hopper fused pass (dim, sequences, per block, SMs) to the "

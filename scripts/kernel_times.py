@@ -36,7 +36,7 @@ def main() -> None:
                          "blocks than SMs) instead of by whole waves (set_hopper_pack_waves(False))")
     ap.add_argument("--hopper-two-kernel-max-dim", type=int, default=None,
                     help="largest D (above 64) at which a pass the Hopper fused kernel would run in more than one wave "
-                         "goes to the two-kernel path (default: the built-in 0, never; 128: vision's case, session 15)")
+                         "goes to the two-kernel path (default: the built-in 128, vision's case, session 16; 0: never)")
     args = ap.parse_args()
     if args.hopper_two_kernel_max_dim is not None:
         af._ext.C.set_hopper_two_kernel_max_dim(args.hopper_two_kernel_max_dim)

@@ -343,13 +343,16 @@ def test_bench_resolve_shape():
 
 @needs_ext
 def test_two_kernel_past_one_wave_rule():
-    # hopper_two_kernel_pays(dim, sequences, per block, SMs): off by default (session 15: measured
-    # faster at D = 128, its final GPU tests pending); at 128, only 64 < D <= 128 and more blocks than SMs.
+    # hopper_two_kernel_pays(dim, sequences, per block, SMs): on at D <= 128 by default (session 15
+    # measured it faster there; session 16 made it the default); only 64 < D <= 128 and more blocks
+    # than SMs; at 0, never.
     pays = _ext.C.hopper_two_kernel_pays
-    assert not pays(128, 512, 2, 132)  # vision's pass, default setting
-    old = _ext.C.set_hopper_two_kernel_max_dim(128)
+    assert pays(128, 512, 2, 132)  # vision's pass, default setting
+    old = _ext.C.set_hopper_two_kernel_max_dim(0)
     try:
-        assert old == 0
+        assert old == 128
+        assert not pays(128, 512, 2, 132)
+        _ext.C.set_hopper_two_kernel_max_dim(128)
         assert pays(128, 512, 2, 132)  # vision: 256 blocks
         assert pays(128, 320, 2, 132) and not pays(128, 264, 2, 132)  # 160 blocks; 132: one wave
         assert not pays(64, 512, 2, 132) and not pays(192, 512, 2, 132) and not pays(256, 256, 1, 132)
