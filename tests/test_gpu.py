@@ -124,7 +124,12 @@ def test_both_paths(path, dt, H, W):
     w = make_weights(dim, heads, dtype, "cuda", seed=H * 1000 + W)
     x = rand_x((3, H, W, dim), dtype, "cuda", seed=H + W)
     with force_path(path), tf32(False):
-        check(x, w)
+        try:
+            check(x, w)
+        except RuntimeError as e:  # a build whose smallest spec of this dtype is large (e.g. only 256x8)
+            if path == 0 and "do not fit in one block's shared memory" in str(e):
+                pytest.skip(f"the fused path does not serve {max(H, W)} tokens of dim {dim}: {e}")
+            raise
 
 
 @pytest.mark.parametrize("dt,dim,heads", specs(), ids=lambda v: str(v))

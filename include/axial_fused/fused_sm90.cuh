@@ -50,21 +50,6 @@ struct FusedSm90 {
 #endif
   static constexpr int OUT_S = int(RING / (OUT_BNW * 128)) < 6 ? int(RING / (OUT_BNW * 128)) : 6;
   static constexpr size_t SMEM = FIXED + RING;
-  // -DAXIAL_FUSED_SM90_OUT_PRE=1 (session 15 experiment, off by default, not yet measured): the
-  // first warpgroup requests the output projection's first OUT_PRE weight chunks into its own ring
-  // (free once its last QKV chunk is multiplied) before its last head's attention, so the
-  // projection starts with them resident instead of one L2 round trip behind (session 5's phase
-  // clocks: the projection 14-15k of odd's ~62k cycles a block, 10-12k of vision's ~40k). As many
-  // as fit in that warpgroup's ring, at most the S - 2 wg_gemm requests ahead itself.
-#ifndef AXIAL_FUSED_SM90_OUT_PRE
-#define AXIAL_FUSED_SM90_OUT_PRE 0
-#endif
-  // (Never more than the projection's chunks: at D = 64 it has one.)
-  static constexpr int OUT_CHUNKS = (D / OUT_BNW) * KC;
-  static constexpr int OUT_PRE_FIT = int(SW * STAGE / (OUT_BNW * 128));
-  static constexpr int OUT_PRE_MAX = OUT_PRE_FIT < OUT_S - 2 ? OUT_PRE_FIT : OUT_S - 2;
-  static constexpr int OUT_PRE =
-      AXIAL_FUSED_SM90_OUT_PRE ? (OUT_PRE_MAX < OUT_CHUNKS ? OUT_PRE_MAX : OUT_CHUNKS) : 0;
   // -DAXIAL_FUSED_OUT_TMA=1 (kernel experiment; wgmma.cuh): the output projection's weight by
   // tensor-map copies here too (wg_gemm_tma, 64-deep chunks; session 6 measured this projection at
   // ~30k cycles per block at latent against ~4k at the tensor rate). Its mbarriers (full[8],
@@ -177,15 +162,6 @@ __device__ __forceinline__ void fused_sm90_body(const PassParams& p, const void*
     }
     fence_regs(acc[0]);
     fence_regs(acc[1]);
-    if constexpr (C::OUT_PRE > 0 && !OTMA) {
-      if (wg == 0 && i == HEADS / 2 - 1) {  // this warpgroup's ring is done with: the projection's first chunks
-        warpgroup_sync(wg);                 // (every warp's products of the last chunk have retired)
-        const ChunkCopy<T, 128, C::OUT_BNW, D, 64> copy(static_cast<const T*>(p.w_out), ring, wtid);
-#pragma unroll
-        for (int it = 0; it < C::OUT_PRE; ++it) copy((it / KC) * C::OUT_BNW, (it % KC) * 64, it * C::OUT_BNW * 128);
-        cp_async_commit();
-      }
-    }
     AXIAL_PHASE(2);
 
     // 2b. q -> A fragments; k -> Ks (SW128, columns 0-31); v -> Vt (transposed, SW128). Accumulator block j
@@ -316,8 +292,8 @@ __device__ __forceinline__ void fused_sm90_body(const PassParams& p, const void*
     out_tma_barriers<C::OUT_S>(ofull, oempty);
     wg_gemm_tma<T, 2, 1, C::OUT_BNW, D, D, C::OUT_S, 64>(O, omap, smem_u32(ring), ofull, oempty, OutEpilogue<T>(p, xo, oo));
   } else {
-    wg_gemm<T, 2, 1, C::OUT_BNW, D, D, C::OUT_S, false, 64, C::OUT_PRE>(O, static_cast<const T*>(p.w_out), ring,
-                                                                       OutEpilogue<T>(p, xo, oo), [] {});
+    wg_gemm<T, 2, 1, C::OUT_BNW, D, D, C::OUT_S>(O, static_cast<const T*>(p.w_out), ring, OutEpilogue<T>(p, xo, oo),
+                                                 [] {});
   }
 #ifdef AXIAL_FUSED_PHASE_CLOCK
   AXIAL_PHASE(8);

@@ -12,6 +12,9 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
+#ifdef AXIAL_FUSED_PHASE_CLOCK
+#include <cstdio>
+#endif
 #include <type_traits>
 
 #include "axial_fused/params.h"
@@ -156,22 +159,42 @@ __device__ __forceinline__ void layernorm_row(const PassParams& p, const float2 
 
 // LayerNorm of ROWS tokens read from global memory, one warp per row (NWARPS warps):
 // store(r, d, y[d], y[d+1]) receives each normalised pair of row r; rows with row_off(r) < 0 get zeros.
+// A warp's rows go in batches of RB whose loads are all issued before any is normalised (one memory
+// latency a batch, not one a row: seed's LayerNorm phase took 6k of its block's 18.5k cycles row by
+// row, session 16), with the LayerNorm weight and bias loaded once.
 template <class T, int D, int ROWS, int NWARPS, class RowOff, class Store>
 __device__ __forceinline__ void layernorm_rows(const PassParams& p, RowOff row_off, Store store) {
-  constexpr int NV = D / 64;
+  constexpr int NV = D / 64, RB = NV >= 8 ? 1 : 8 / NV;  // rows in flight: at most 8 float2 a lane
   const T* x = static_cast<const T*>(p.x);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  for (int r = warp; r < ROWS; r += NWARPS) {
-    const int64_t off = row_off(r);
-    if (off < 0) {
+  float2 wr[NV], br[NV];
 #pragma unroll
-      for (int i = 0; i < NV; ++i) store(r, 2 * lane + 64 * i, 0.f, 0.f);
-      continue;
+  for (int i = 0; i < NV; ++i) {
+    wr[i] = load2(static_cast<const T*>(p.ln_w) + 2 * lane + 64 * i);
+    br[i] = load2(static_cast<const T*>(p.ln_b) + 2 * lane + 64 * i);
+  }
+  for (int r0 = warp; r0 < ROWS; r0 += NWARPS * RB) {
+    // The batch's offsets first, then its loads in one straight run (an offset's 64-bit division may
+    // call a subroutine, and a load issued before a call is waited for)
+    int64_t off[RB];
+#pragma unroll
+    for (int j = 0; j < RB; ++j) off[j] = r0 + j * NWARPS < ROWS ? row_off(r0 + j * NWARPS) : -1;
+    float2 v[RB][NV];
+#pragma unroll
+    for (int j = 0; j < RB; ++j)
+#pragma unroll
+      for (int i = 0; i < NV; ++i) v[j][i] = off[j] >= 0 ? load2(x + off[j] + 2 * lane + 64 * i) : make_float2(0.f, 0.f);
+#pragma unroll
+    for (int j = 0; j < RB; ++j) {
+      const int r = r0 + j * NWARPS;
+      if (r >= ROWS) continue;
+      if (off[j] < 0) {
+#pragma unroll
+        for (int i = 0; i < NV; ++i) store(r, 2 * lane + 64 * i, 0.f, 0.f);
+      } else {
+        layernorm_row<T, D>(p, v[j], [&](int d, float a, float b) { store(r, d, a, b); }, wr, br);
+      }
     }
-    float2 v[NV];
-#pragma unroll
-    for (int i = 0; i < NV; ++i) v[i] = load2(x + off + 2 * lane + 64 * i);
-    layernorm_row<T, D>(p, v, [&](int d, float a, float b) { store(r, d, a, b); });
   }
 }
 
@@ -189,30 +212,33 @@ __device__ __forceinline__ void layernorm_tile(const PassParams& p, typename Tr:
 // [16 rg, 16 rg + 16) and the 64 columns [64 cg, 64 cg + 64) of each chunk (rg = w % RG,
 // cg = w / RG) when `active` (a chunk may stick out past N: those columns are skipped).
 // epi(row, col, y[row][col], y[row][col+1]) receives every pair. Starts and ends with all threads
-// synchronised on `ws`.
-template <class Tr, int N, int K, class Epi>
+// synchronised on `ws`. PRE: the caller has already requested chunk 0 (request_chunk<Tr, N, K>(W, ws, 0),
+// its cp.async group the newest), so that its latency overlaps the caller's work before the call.
+template <class Tr, int N, int K>
+__device__ __forceinline__ void request_chunk(const typename Tr::T* W, typename Tr::T* ws, int it) {
+  constexpr int WN = Tr::WN, BK = Tr::BK, KC = K / BK, ROW_VECS = BK / Tr::VEC;
+  const int n0 = (it / KC) * WN, k0 = (it % KC) * BK;
+  const int rows = N - n0 < WN ? N - n0 : WN;
+  typename Tr::T* dst = ws + (it & 1) * WN * Tr::LDW;
+  for (int v = threadIdx.x; v < rows * ROW_VECS; v += Tr::THREADS) {
+    const int r = v / ROW_VECS, c = (v % ROW_VECS) * Tr::VEC;
+    cp_async16(dst + r * Tr::LDW + c, W + int64_t(n0 + r) * K + k0 + c, true);
+  }
+  cp_async_commit();
+}
+
+template <class Tr, int N, int K, bool PRE = false, class Epi>
 __device__ __forceinline__ void block_gemm(const typename Tr::T* As, int lda, const typename Tr::T* W,
                                            typename Tr::T* ws, bool active, Epi&& epi) {
-  using T = typename Tr::T;
   constexpr int WN = Tr::WN, BK = Tr::BK, LDW = Tr::LDW, NT = 8;
-  constexpr int KC = K / BK, NC = (N + WN - 1) / WN, ITERS = NC * KC, ROW_VECS = BK / Tr::VEC;
+  constexpr int KC = K / BK, NC = (N + WN - 1) / WN, ITERS = NC * KC;
   static_assert(N % 64 == 0 && K % BK == 0, "weight chunks must tile the weight");
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int rg = warp % Tr::RG, cg = warp / Tr::RG;
-
-  auto load = [&](int it) {
-    const int n0 = (it / KC) * WN, k0 = (it % KC) * BK;
-    const int rows = N - n0 < WN ? N - n0 : WN;
-    T* dst = ws + (it & 1) * WN * LDW;
-    for (int v = threadIdx.x; v < rows * ROW_VECS; v += Tr::THREADS) {
-      const int r = v / ROW_VECS, c = (v % ROW_VECS) * Tr::VEC;
-      cp_async16(dst + r * LDW + c, W + int64_t(n0 + r) * K + k0 + c, true);
-    }
-    cp_async_commit();
-  };
+  auto load = [&](int it) { request_chunk<Tr, N, K>(W, ws, it); };
 
   float acc[NT][4];
-  load(0);
+  if constexpr (!PRE) load(0);
   for (int it = 0; it < ITERS; ++it) {
     if (it + 1 < ITERS) {
       load(it + 1);
@@ -436,11 +462,11 @@ struct OutEpilogue {
 
 // Output projection of the BM x D attention output in `os` + bias + residual, rows addressed by the
 // offsets from row_offsets (which must be visible to all threads: a barrier after writing them).
-template <class Tr>
+template <class Tr, bool PRE = false>
 __device__ __forceinline__ void out_projection(const PassParams& p, const typename Tr::T* os, typename Tr::T* ws,
                                                bool active, const int64_t* xo, const int64_t* oo) {
   using T = typename Tr::T;
-  block_gemm<Tr, Tr::D, Tr::D>(os, Tr::LDX, static_cast<const T*>(p.w_out), ws, active, OutEpilogue<T>(p, xo, oo));
+  block_gemm<Tr, Tr::D, Tr::D, PRE>(os, Tr::LDX, static_cast<const T*>(p.w_out), ws, active, OutEpilogue<T>(p, xo, oo));
 }
 
 // ---- the fused kernel ---------------------------------------------------------------------------
@@ -465,15 +491,37 @@ __global__ void __launch_bounds__(Tr::THREADS) fused_pass_kernel(const __grid_co
   const int rows = int(p.num_seq - s0 < p.group ? p.num_seq - s0 : p.group) * L;
   const int rows_alloc = (rows + Tr::ROW_ALIGN - 1) / Tr::ROW_ALIGN * Tr::ROW_ALIGN;
 
+#ifdef AXIAL_FUSED_PHASE_CLOCK
+  long long phase_[6] = {}, phase_last_ = clock64();
+#endif
+  // Where phase 2's query tile starting at q0 lives in x and out (row_offsets).
+  auto offsets = [&](int q0) {
+    row_offsets<Tr>(p, xo, oo, [&](int r, int64_t& s, int64_t& l) {
+      const int rr = q0 + r;
+      s = s0 + rr / L;
+      l = rr % L;
+      return rr < rows;
+    });
+  };
+  // A block is a chain of latencies (session 16's phase clocks at seed, D = 64: 18.5k cycles, of which
+  // the LayerNorm took 6k and each product started by waiting for its first weight chunk), so each
+  // weight's first chunk is requested before the work that precedes its product, and the first
+  // query tile's offsets are computed here, beside the first loads.
+  const T* w_qkv = static_cast<const T*>(p.w_qkv);
+  request_chunk<Tr, 3 * D, D>(w_qkv, ws, 0);
+  offsets(0);
   // Phase 1: q/k/v of every token of the group (padding rows are zero, so masked keys are finite).
   for (int r0 = 0; r0 < rows_alloc; r0 += BM) {
+    if (r0 > 0) request_chunk<Tr, 3 * D, D>(w_qkv, ws, 0);  // (the last product ended synchronised)
     layernorm_tile<Tr>(p, xs, [&](int r) -> int64_t {
       const int rr = r0 + r;
       return rr < rows ? x_offset(p, s0 + rr / L, rr % L) : -1;
     });
     __syncthreads();
-    block_gemm<Tr, 3 * D, D>(xs, Tr::LDX, static_cast<const T*>(p.w_qkv), ws, true,
-                             [&](int r, int c, float a, float b) { store2(qkv + (r0 + r) * LDQKV + c, a, b); });
+    AXIAL_PHASE(0);
+    block_gemm<Tr, 3 * D, D, true>(xs, Tr::LDX, w_qkv, ws, true,
+                                   [&](int r, int c, float a, float b) { store2(qkv + (r0 + r) * LDQKV + c, a, b); });
+    AXIAL_PHASE(1);
   }
 
   // NaN/Inf isolation between packed sequences. Masking sets a foreign key's probability to 0, but
@@ -498,12 +546,9 @@ __global__ void __launch_bounds__(Tr::THREADS) fused_pass_kernel(const __grid_co
   // Phase 2: attention for BM queries at a time (column groups take alternate heads), then the
   // output projection.
   for (int q0 = 0; q0 < rows; q0 += BM) {
-    row_offsets<Tr>(p, xo, oo, [&](int r, int64_t& s, int64_t& l) {
-      const int rr = q0 + r;
-      s = s0 + rr / L;
-      l = rr % L;
-      return rr < rows;
-    });
+    if (q0 > 0) offsets(q0);  // (the last product ended synchronised: its epilogue is done with them)
+    request_chunk<Tr, D, D>(static_cast<const T*>(p.w_out), ws, 0);  // in flight during the attention
+    AXIAL_PHASE(5);
     const int rw = q0 + rg * 16;  // this warp's first query row
     const bool active = rw < rows;
     if (active) {
@@ -521,9 +566,17 @@ __global__ void __launch_bounds__(Tr::THREADS) fused_pass_kernel(const __grid_co
         st.store(xs + rg * 16 * Tr::LDX + h * HD, Tr::LDX);
       }
     }
+    AXIAL_PHASE(2);
     __syncthreads();
-    out_projection<Tr>(p, xs, ws, active, xo, oo);
+    AXIAL_PHASE(3);
+    out_projection<Tr, true>(p, xs, ws, active, xo, oo);
+    AXIAL_PHASE(4);
   }
+#ifdef AXIAL_FUSED_PHASE_CLOCK
+  if (blockIdx.x < 2 && (threadIdx.x & 31) == 0 && warp < 2)  // (warp 1: the second row group)
+    printf("fused clocks block %d warp %d: ln %lld qkv %lld offsets %lld attention %lld sync %lld out %lld\n",
+           int(blockIdx.x), warp, phase_[0], phase_[1], phase_[5], phase_[2], phase_[3], phase_[4]);
+#endif
 }
 
 // ---- the two-kernel path ------------------------------------------------------------------------

@@ -690,21 +690,17 @@ __device__ __forceinline__ void chunk_epilogue(float (&acc)[BNW / 2], Add (&add)
 // prologue() runs once the first S - 2 chunks are requested
 // (their cp.async groups are the newest S - 2); A must be written and fenced (fence_proxy_async)
 // by the end of it. Ends with all wgmma done; `ws` is free once the caller synchronises.
-// PRE (<= S - 2): the caller has already requested chunks 0 .. PRE - 1 into their stages (the same
-// layout: ChunkCopy), and they have landed and are fenced and visible to the block before the call
-// (the Hopper fused kernel's -DAXIAL_FUSED_SM90_OUT_PRE experiment); wg_gemm requests the rest.
 // With an addend epilogue (the output projections' bias + residual), the addends are folded into the
 // accumulators and the outputs stored as 16-byte vectors (store_vec8: one STG.E.128 per 8 outputs)
 // instead of one 4-byte store per pair: a quarter of the store instructions in the phase where every
 // block stores at once. Measured (session 9): esm's attention kernels 338 / 183 -> 331 / 176 us,
 // latent's fused passes 81 -> 79 us.
-template <class T, int WGM, int WGN, int BNW, int N, int K, int S, bool VEC8 = false, int KW = 64, int PRE = 0,
-          class Epi, class Prologue>
+template <class T, int WGM, int WGN, int BNW, int N, int K, int S, bool VEC8 = false, int KW = 64, class Epi,
+          class Prologue>
 __device__ __forceinline__ void wg_gemm(const T* A, const T* W, T* ws, Epi&& epi, Prologue&& prologue) {
   static_assert(WGM * WGN <= 2 && (BNW == 32 || BNW == 64 || BNW == 128) && S >= 3, "1-2 warpgroups; n32/64/128 tiles");
   static_assert(KW == 32 || KW == 64, "32- or 64-column weight chunks");
   constexpr int BM = 64 * WGM, CN = WGN * BNW, KC = K / KW, ITERS = (N / CN) * KC, THREADS = 128 * WGM * WGN;
-  static_assert(PRE >= 0 && PRE <= S - 2 && PRE <= ITERS, "at most S - 2 of the chunks requested ahead by the caller");
   constexpr int RB = KW * 2, CPR = KW / 8;  // bytes and 16-byte pieces per weight-chunk row
   static_assert(N % CN == 0 && K % 64 == 0, "weight chunks must tile the weight");
   const int wg = threadIdx.x >> 7, wm = wg % WGM, wn = wg / WGM;
@@ -744,13 +740,7 @@ __device__ __forceinline__ void wg_gemm(const T* A, const T* W, T* ws, Epi&& epi
 #pragma unroll
   for (int i = 0; i < BNW / 2; ++i) acc[i] = 0.f;
 #pragma unroll
-  for (int s = 0; s < S - 2; ++s) {
-    if (s >= PRE) {
-      load(s);
-    } else {
-      cp_async_commit();  // (the caller's chunk: an empty group keeps the count per iteration uniform)
-    }
-  }
+  for (int s = 0; s < S - 2; ++s) load(s);
 #ifdef AXIAL_FUSED_PHASE_CLOCK
   long long phase_[6] = {}, phase_last_ = clock64();
 #endif
