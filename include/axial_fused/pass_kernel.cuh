@@ -160,8 +160,8 @@ __device__ __forceinline__ void layernorm_row(const PassParams& p, const float2 
 // LayerNorm of ROWS tokens read from global memory, one warp per row (NWARPS warps):
 // store(r, d, y[d], y[d+1]) receives each normalised pair of row r; rows with row_off(r) < 0 get zeros.
 // A warp's rows go in batches of RB whose loads are all issued before any is normalised (one memory
-// latency a batch, not one a row: seed's LayerNorm phase took 6k of its block's 18.5k cycles row by
-// row, session 16), with the LayerNorm weight and bias loaded once.
+// latency a batch, not one a row: row by row, the SASS waited for each row's x before the next row's
+// offset; session 16), with the LayerNorm weight and bias loaded once.
 template <class T, int D, int ROWS, int NWARPS, class RowOff, class Store>
 __device__ __forceinline__ void layernorm_rows(const PassParams& p, RowOff row_off, Store store) {
   constexpr int NV = D / 64, RB = NV >= 8 ? 1 : 8 / NV;  // rows in flight: at most 8 float2 a lane
@@ -214,6 +214,8 @@ __device__ __forceinline__ void layernorm_tile(const PassParams& p, typename Tr:
 // epi(row, col, y[row][col], y[row][col+1]) receives every pair. Starts and ends with all threads
 // synchronised on `ws`. PRE: the caller has already requested chunk 0 (request_chunk<Tr, N, K>(W, ws, 0),
 // its cp.async group the newest), so that its latency overlaps the caller's work before the call.
+//
+// request_chunk: weight chunk `it` into its stage of `ws`, by all threads, as one cp.async group.
 template <class Tr, int N, int K>
 __device__ __forceinline__ void request_chunk(const typename Tr::T* W, typename Tr::T* ws, int it) {
   constexpr int WN = Tr::WN, BK = Tr::BK, KC = K / BK, ROW_VECS = BK / Tr::VEC;
