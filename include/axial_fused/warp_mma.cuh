@@ -3,7 +3,8 @@
 // columns 2t and 2t+1 of each 8-column tile):
 //   Tc16  - bf16/fp16 tensor cores, mma.sync m16n8k16, fragments loaded with ldmatrix;
 //   Tf32  - tf32 tensor cores, mma.sync m16n8k8, fp32 operands rounded to tf32;
-//   Ffma  - plain fp32 FMA (PyTorch's "highest" float32 matmul precision).
+//   Ffma  - plain fp32 FMA (PyTorch's "highest" float32 matmul precision; -DAXIAL_FUSED_FP32_3XTF32=1:
+//           the same accuracy class from split tf32 operands on the tensor cores, an experiment).
 // All operands come from shared memory; leading dimensions are in elements.
 #pragma once
 #include <cuda_bf16.h>
@@ -84,6 +85,34 @@ __device__ __forceinline__ void mma1688_tf32(float (&c)[4], const uint32_t (&a)[
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// Kernel experiment -DAXIAL_FUSED_FP32_3XTF32=1 (session 16, off by default, not yet run on a GPU):
+// the Ffma mode's products on the tf32 tensor cores with split operands (3xTF32, as CUTLASS's
+// "fast accurate" fp32 GEMM): x = big + small with big = tf32(x) and small = tf32(x - big), and
+// a b = big_a big_b + big_a small_b + small_a big_b (the small products first; small_a small_b,
+// ~2^-22 relative, dropped): about fp32's accuracy at a third of the tf32 rate, against the FFMA
+// loop's one LDS per two FMAs. Seed fp32's block spends 19k of ~43k cycles in the FFMA QKV product
+// and 9k in the output projection (session 16's phase clocks). Non-finite operands give NaN where
+// FFMA could give inf (x - big is NaN for x = inf); our fp32 operands are finite unless x is not,
+// and then LayerNorm has already made the row NaN.
+#ifndef AXIAL_FUSED_FP32_3XTF32
+#define AXIAL_FUSED_FP32_3XTF32 0
+#endif
+struct Tf32Split {
+  uint32_t big, small;
+};
+__device__ __forceinline__ Tf32Split split_tf32(float x) {
+  const uint32_t big = to_tf32(x);
+  return {big, to_tf32(x - __uint_as_float(big))};
+}
+// c += a b in 3xTF32 (a: the A fragment's four values, b0 / b1: the B fragment's two).
+__device__ __forceinline__ void mma1688_3xtf32(float (&c)[4], const Tf32Split (&a)[4], Tf32Split b0, Tf32Split b1) {
+  const uint32_t ab[4] = {a[0].big, a[1].big, a[2].big, a[3].big};
+  const uint32_t as[4] = {a[0].small, a[1].small, a[2].small, a[3].small};
+  mma1688_tf32(c, ab, b0.small, b1.small);
+  mma1688_tf32(c, as, b0.big, b1.big);
+  mma1688_tf32(c, ab, b0.big, b1.big);
+}
+
 // ---- warp tile products -------------------------------------------------------------------------
 
 // acc[NT] (16 x 8*NT) += A (16 x K, row-major) * B^T, with B (8*NT x K, row-major): both operands
@@ -118,6 +147,19 @@ __device__ __forceinline__ void warp_mma_nt(float (&acc)[NT][4], const T* A, int
       for (int j = 0; j < NT; ++j) {
         const T* b = B + (j * 8 + g) * ldb + k;
         mma1688_tf32(acc[j], a, to_tf32(b[t]), to_tf32(b[t + 4]));
+      }
+    }
+  } else if constexpr (AXIAL_FUSED_FP32_3XTF32 != 0) {  // Ffma's exact-fp32 products as 3xTF32
+    static_assert(K % 8 == 0, "tf32 tiles are k8");
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll 2
+    for (int k = 0; k < K; k += 8) {
+      const Tf32Split a[4] = {split_tf32(A[g * lda + k + t]), split_tf32(A[(g + 8) * lda + k + t]),
+                              split_tf32(A[g * lda + k + t + 4]), split_tf32(A[(g + 8) * lda + k + t + 4])};
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        const T* b = B + (j * 8 + g) * ldb + k;
+        mma1688_3xtf32(acc[j], a, split_tf32(b[t]), split_tf32(b[t + 4]));
       }
     }
   } else {
@@ -167,6 +209,17 @@ __device__ __forceinline__ void warp_mma_nn(float (&acc)[NT][4], const T* A, int
       for (int j = 0; j < NT; ++j) {
         mma1688_tf32(acc[j], a, to_tf32(B[(k + t) * ldb + j * 8 + g]), to_tf32(B[(k + t + 4) * ldb + j * 8 + g]));
       }
+    }
+  } else if constexpr (AXIAL_FUSED_FP32_3XTF32 != 0) {  // Ffma's exact-fp32 products as 3xTF32
+    static_assert(K % 8 == 0, "tf32 tiles are k8");
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll 2
+    for (int k = 0; k < K; k += 8) {
+      const Tf32Split a[4] = {split_tf32(A[g * lda + k + t]), split_tf32(A[(g + 8) * lda + k + t]),
+                              split_tf32(A[g * lda + k + t + 4]), split_tf32(A[(g + 8) * lda + k + t + 4])};
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+        mma1688_3xtf32(acc[j], a, split_tf32(B[(k + t) * ldb + j * 8 + g]), split_tf32(B[(k + t + 4) * ldb + j * 8 + g]));
     }
   } else {
     const int g = lane >> 2, t = lane & 3;
