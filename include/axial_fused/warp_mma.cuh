@@ -104,6 +104,14 @@ __device__ __forceinline__ Tf32Split split_tf32(float x) {
   const uint32_t big = to_tf32(x);
   return {big, to_tf32(x - __uint_as_float(big))};
 }
+// The m16n8k8 A fragment (rows g and g + 8, columns k + t and k + t + 4 of A), split.
+__device__ __forceinline__ void a_frag_split(Tf32Split (&a)[4], const float* A, int lda, int k) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  a[0] = split_tf32(A[g * lda + k + t]);
+  a[1] = split_tf32(A[(g + 8) * lda + k + t]);
+  a[2] = split_tf32(A[g * lda + k + t + 4]);
+  a[3] = split_tf32(A[(g + 8) * lda + k + t + 4]);
+}
 // c += a b in 3xTF32 (a: the A fragment's four values, b0 / b1: the B fragment's two).
 __device__ __forceinline__ void mma1688_3xtf32(float (&c)[4], const Tf32Split (&a)[4], Tf32Split b0, Tf32Split b1) {
   const uint32_t ab[4] = {a[0].big, a[1].big, a[2].big, a[3].big};
@@ -114,6 +122,22 @@ __device__ __forceinline__ void mma1688_3xtf32(float (&c)[4], const Tf32Split (&
 }
 
 // ---- warp tile products -------------------------------------------------------------------------
+
+// acc[NT] (16 x 8*NT) += A (16 x K, fp32, row-major) B in 3xTF32, where b_at(n, k) is B's element for
+// output column n and depth k (the -DAXIAL_FUSED_FP32_3XTF32 experiment's form of the Ffma products).
+template <int K, int NT, class BAt>
+__device__ __forceinline__ void warp_mma_3xtf32(float (&acc)[NT][4], const float* A, int lda, BAt b_at) {
+  static_assert(K % 8 == 0, "tf32 tiles are k8");
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll 2
+  for (int k = 0; k < K; k += 8) {
+    Tf32Split a[4];
+    a_frag_split(a, A, lda, k);
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+      mma1688_3xtf32(acc[j], a, split_tf32(b_at(j * 8 + g, k + t)), split_tf32(b_at(j * 8 + g, k + t + 4)));
+  }
+}
 
 // acc[NT] (16 x 8*NT) += A (16 x K, row-major) * B^T, with B (8*NT x K, row-major): both operands
 // K-contiguous, as for x @ W^T with an nn.Linear weight and for q @ k^T.
@@ -150,18 +174,7 @@ __device__ __forceinline__ void warp_mma_nt(float (&acc)[NT][4], const T* A, int
       }
     }
   } else if constexpr (AXIAL_FUSED_FP32_3XTF32 != 0) {  // Ffma's exact-fp32 products as 3xTF32
-    static_assert(K % 8 == 0, "tf32 tiles are k8");
-    const int g = lane >> 2, t = lane & 3;
-#pragma unroll 2
-    for (int k = 0; k < K; k += 8) {
-      const Tf32Split a[4] = {split_tf32(A[g * lda + k + t]), split_tf32(A[(g + 8) * lda + k + t]),
-                              split_tf32(A[g * lda + k + t + 4]), split_tf32(A[(g + 8) * lda + k + t + 4])};
-#pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        const T* b = B + (j * 8 + g) * ldb + k;
-        mma1688_3xtf32(acc[j], a, split_tf32(b[t]), split_tf32(b[t + 4]));
-      }
-    }
+    warp_mma_3xtf32<K, NT>(acc, A, lda, [&](int n, int kk) { return B[n * ldb + kk]; });
   } else {
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll 4
@@ -211,16 +224,7 @@ __device__ __forceinline__ void warp_mma_nn(float (&acc)[NT][4], const T* A, int
       }
     }
   } else if constexpr (AXIAL_FUSED_FP32_3XTF32 != 0) {  // Ffma's exact-fp32 products as 3xTF32
-    static_assert(K % 8 == 0, "tf32 tiles are k8");
-    const int g = lane >> 2, t = lane & 3;
-#pragma unroll 2
-    for (int k = 0; k < K; k += 8) {
-      const Tf32Split a[4] = {split_tf32(A[g * lda + k + t]), split_tf32(A[(g + 8) * lda + k + t]),
-                              split_tf32(A[g * lda + k + t + 4]), split_tf32(A[(g + 8) * lda + k + t + 4])};
-#pragma unroll
-      for (int j = 0; j < NT; ++j)
-        mma1688_3xtf32(acc[j], a, split_tf32(B[(k + t) * ldb + j * 8 + g]), split_tf32(B[(k + t + 4) * ldb + j * 8 + g]));
-    }
+    warp_mma_3xtf32<K, NT>(acc, A, lda, [&](int n, int kk) { return B[kk * ldb + n]; });
   } else {
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll 4
