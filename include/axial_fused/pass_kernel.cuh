@@ -125,6 +125,14 @@ __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
+// warp_sum of N values at once, step by step across them (N independent shuffle chains overlapped).
+template <int N>
+__device__ __forceinline__ void warp_sum_rows(float (&v)[N]) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+    for (int j = 0; j < N; ++j) v[j] += __shfl_xor_sync(0xffffffffu, v[j], o);
+}
 
 // ---- step 1: LayerNorm of BM tokens into shared memory -----------------------------------------
 
@@ -162,6 +170,12 @@ __device__ __forceinline__ void layernorm_row(const PassParams& p, const float2 
 // A warp's rows go in batches of RB whose loads are all issued before any is normalised (one memory
 // latency a batch, not one a row: row by row, the SASS waited for each row's x before the next row's
 // offset; session 16), with the LayerNorm weight and bias loaded once.
+// Kernel experiment -DAXIAL_FUSED_LN_BATCH_STATS=1 (session 16, off by default, not yet run on a GPU):
+// a batch's LayerNorm statistics reduced together (below). Predicted: seed's LayerNorm phase (7.2k
+// cycles) -1 to -1.5k (four real rows a warp, two shuffle chains of ~5 x 30 cycles each).
+#ifndef AXIAL_FUSED_LN_BATCH_STATS
+#define AXIAL_FUSED_LN_BATCH_STATS 0
+#endif
 template <class T, int D, int ROWS, int NWARPS, class RowOff, class Store>
 __device__ __forceinline__ void layernorm_rows(const PassParams& p, RowOff row_off, Store store) {
   constexpr int NV = D / 64, RB = NV >= 8 ? 1 : 8 / NV;  // rows in flight: at most 8 float2 a lane
@@ -184,6 +198,43 @@ __device__ __forceinline__ void layernorm_rows(const PassParams& p, RowOff row_o
     for (int j = 0; j < RB; ++j)
 #pragma unroll
       for (int i = 0; i < NV; ++i) v[j][i] = off[j] >= 0 ? load2(x + off[j] + 2 * lane + 64 * i) : make_float2(0.f, 0.f);
+#if AXIAL_FUSED_LN_BATCH_STATS
+    // The batch's statistics together: each reduction step shuffles every row's partial sum before
+    // the next step (ptxas does not interleave the rows' shuffle chains by itself: the SASS of the
+    // per-row form runs them one after another). A padding row is normalised too (its v = 0 gives
+    // finite values) and stored as zeros; the batches tile the rows in every configuration.
+    static_assert(ROWS % (NWARPS * RB) == 0, "a warp's batches tile the rows");
+    float mean[RB], rstd[RB];
+#pragma unroll
+    for (int j = 0; j < RB; ++j) {
+      mean[j] = 0.f;
+#pragma unroll
+      for (int i = 0; i < NV; ++i) mean[j] += v[j][i].x + v[j][i].y;
+    }
+    warp_sum_rows(mean);
+#pragma unroll
+    for (int j = 0; j < RB; ++j) {
+      mean[j] *= 1.f / D;
+      rstd[j] = 0.f;
+#pragma unroll
+      for (int i = 0; i < NV; ++i) {
+        const float a = v[j][i].x - mean[j], c = v[j][i].y - mean[j];
+        rstd[j] += a * a + c * c;
+      }
+    }
+    warp_sum_rows(rstd);
+#pragma unroll
+    for (int j = 0; j < RB; ++j) {
+      rstd[j] = rsqrtf(rstd[j] * (1.f / D) + p.eps);
+      const bool ok = off[j] >= 0;
+#pragma unroll
+      for (int i = 0; i < NV; ++i) {
+        const float a = (v[j][i].x - mean[j]) * rstd[j] * wr[i].x + br[i].x;
+        const float b = (v[j][i].y - mean[j]) * rstd[j] * wr[i].y + br[i].y;
+        store(r0 + j * NWARPS, 2 * lane + 64 * i, ok ? a : 0.f, ok ? b : 0.f);
+      }
+    }
+#else
 #pragma unroll
     for (int j = 0; j < RB; ++j) {
       const int r = r0 + j * NWARPS;
@@ -195,6 +246,7 @@ __device__ __forceinline__ void layernorm_rows(const PassParams& p, RowOff row_o
         layernorm_row<T, D>(p, v[j], [&](int d, float a, float b) { store(r, d, a, b); }, wr, br);
       }
     }
+#endif
   }
 }
 
