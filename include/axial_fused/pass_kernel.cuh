@@ -564,11 +564,21 @@ __global__ void __launch_bounds__(Tr::THREADS) fused_pass_kernel(const __grid_co
   const T* w_qkv = static_cast<const T*>(p.w_qkv);
   request_chunk<Tr, 3 * D, D>(w_qkv, ws, 0);
   offsets(0);
+#if AXIAL_FUSED_LN_XO
+  // Kernel experiment -DAXIAL_FUSED_LN_XO=1 (session 16, off by default, not yet run on a GPU): the
+  // first tile's LayerNorm takes its rows' offsets from offsets(0) (the same rows: xo[r] is row r's x
+  // offset, -1 past the end) instead of dividing again, at the price of this barrier. Predicted:
+  // seed's LayerNorm phase -0.5 to -1k cycles (a warp's 8 rows, two divisions each).
+  __syncthreads();
+#endif
   // Phase 1: q/k/v of every token of the group (padding rows are zero, so masked keys are finite).
   for (int r0 = 0; r0 < rows_alloc; r0 += BM) {
     if (r0 > 0) request_chunk<Tr, 3 * D, D>(w_qkv, ws, 0);  // (the last product ended synchronised)
     layernorm_tile<Tr>(p, xs, [&](int r) -> int64_t {
       const int rr = r0 + r;
+#if AXIAL_FUSED_LN_XO
+      if (r0 == 0) return xo[r];
+#endif
       return rr < rows ? x_offset(p, s0 + rr / L, rr % L) : -1;
     });
     __syncthreads();
