@@ -343,9 +343,8 @@ def test_bench_resolve_shape():
 
 @needs_ext
 def test_two_kernel_past_one_wave_rule():
-    # hopper_two_kernel_pays(dim, sequences, per block, SMs): on at D <= 128 by default (session 15
-    # measured it faster there; session 16 made it the default); only 64 < D <= 128 and more blocks
-    # than SMs; at 0, never.
+    # hopper_two_kernel_pays(dim, sequences, per block, SMs): by default (128, since session 16; session
+    # 15 measured it faster there) only 64 < D <= 128 with more blocks than SMs; at 0, never.
     pays = _ext.C.hopper_two_kernel_pays
     assert pays(128, 512, 2, 132)  # vision's pass, default setting
     old = _ext.C.set_hopper_two_kernel_max_dim(0)

@@ -612,7 +612,7 @@ __global__ void __launch_bounds__(Tr::THREADS) fused_pass_kernel(const __grid_co
   for (int q0 = 0; q0 < rows; q0 += BM) {
     if (q0 > 0) offsets(q0);  // (the last product ended synchronised: its epilogue is done with them)
     request_chunk<Tr, D, D>(static_cast<const T*>(p.w_out), ws, 0);  // in flight during the attention
-    AXIAL_PHASE(5);
+    AXIAL_PHASE(5);  // ("pre-attention": the NaN isolation, later tiles' offsets and this request)
     const int rw = q0 + rg * 16;  // this warp's first query row
     const bool active = rw < rows;
     if (active) {
@@ -638,7 +638,7 @@ __global__ void __launch_bounds__(Tr::THREADS) fused_pass_kernel(const __grid_co
   }
 #ifdef AXIAL_FUSED_PHASE_CLOCK
   if (blockIdx.x < 2 && (threadIdx.x & 31) == 0 && warp < 2)  // (warp 1: the second row group)
-    printf("fused clocks block %d warp %d: ln %lld qkv %lld offsets %lld attention %lld sync %lld out %lld\n",
+    printf("fused clocks block %d warp %d: ln %lld qkv %lld pre-attention %lld attention %lld sync %lld out %lld\n",
            int(blockIdx.x), warp, phase_[0], phase_[1], phase_[5], phase_[2], phase_[3], phase_[4]);
 #endif
 }
