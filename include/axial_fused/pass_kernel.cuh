@@ -120,12 +120,7 @@ __device__ __forceinline__ float exp2_ftz(float x) {
   return y;
 }
 
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-// warp_sum of N values at once, step by step across them (N independent shuffle chains overlapped).
+// The sums over a warp of N values at once, step by step across them (N shuffle chains overlapped).
 template <int N>
 __device__ __forceinline__ void warp_sum_rows(float (&v)[N]) {
 #pragma unroll
@@ -136,32 +131,54 @@ __device__ __forceinline__ void warp_sum_rows(float (&v)[N]) {
 
 // ---- step 1: LayerNorm of BM tokens into shared memory -----------------------------------------
 
-// LayerNorm of one row held by a warp as D/64 pairs per lane (lane's pair i is features
-// 2 lane + 64 i, +1): store(d, y[d], y[d+1]) receives each normalised pair. Two-pass statistics in
-// fp32 from registers.
-template <class T, int D, class Store>
-__device__ __forceinline__ void layernorm_row(const PassParams& p, const float2 (&v)[D / 64], Store store,
-                                              const float2* wr = nullptr, const float2* br = nullptr) {
+// LayerNorm of RB rows held by a warp, row j as D/64 pairs per lane (lane's pair i is features
+// 2 lane + 64 i, +1), with this lane's LayerNorm weight and bias pairs wr/br: store(j, d, y[d], y[d+1])
+// receives each normalised pair. Two-pass statistics in fp32 from registers, the RB rows reduced
+// together: each shuffle step of every row before the next step (ptxas does not interleave separate
+// rows' shuffle chains by itself: session 16's SASS ran them one after another; reducing together
+// took seed's LayerNorm phase 7.2k -> 4.6k cycles a block with the offsets change, session 17).
+template <int D, int RB, class Store>
+__device__ __forceinline__ void layernorm_batch(const PassParams& p, const float2 (&v)[RB][D / 64],
+                                                const float2 (&wr)[D / 64], const float2 (&br)[D / 64], Store store) {
   constexpr int NV = D / 64;
-  const T* w = static_cast<const T*>(p.ln_w);
-  const T* b = static_cast<const T*>(p.ln_b);
   const int lane = threadIdx.x & 31;
-  float sum = 0.f;
+  float mean[RB], rstd[RB];
 #pragma unroll
-  for (int i = 0; i < NV; ++i) sum += v[i].x + v[i].y;
-  const float mean = warp_sum(sum) * (1.f / D);
-  float sq = 0.f;
+  for (int j = 0; j < RB; ++j) {
+    mean[j] = 0.f;
 #pragma unroll
-  for (int i = 0; i < NV; ++i) {
-    const float a = v[i].x - mean, c = v[i].y - mean;
-    sq += a * a + c * c;
+    for (int i = 0; i < NV; ++i) mean[j] += v[j][i].x + v[j][i].y;
   }
-  const float rstd = rsqrtf(warp_sum(sq) * (1.f / D) + p.eps);
+  warp_sum_rows(mean);
 #pragma unroll
-  for (int i = 0; i < NV; ++i) {
-    const int d = 2 * lane + 64 * i;
-    const float2 wv = wr ? wr[i] : load2(w + d), bv = br ? br[i] : load2(b + d);
-    store(d, (v[i].x - mean) * rstd * wv.x + bv.x, (v[i].y - mean) * rstd * wv.y + bv.y);
+  for (int j = 0; j < RB; ++j) {
+    mean[j] *= 1.f / D;
+    rstd[j] = 0.f;
+#pragma unroll
+    for (int i = 0; i < NV; ++i) {
+      const float a = v[j][i].x - mean[j], c = v[j][i].y - mean[j];
+      rstd[j] += a * a + c * c;
+    }
+  }
+  warp_sum_rows(rstd);
+#pragma unroll
+  for (int j = 0; j < RB; ++j) {
+    rstd[j] = rsqrtf(rstd[j] * (1.f / D) + p.eps);
+#pragma unroll
+    for (int i = 0; i < NV; ++i)
+      store(j, 2 * lane + 64 * i, (v[j][i].x - mean[j]) * rstd[j] * wr[i].x + br[i].x,
+            (v[j][i].y - mean[j]) * rstd[j] * wr[i].y + br[i].y);
+  }
+}
+
+// This lane's LayerNorm weight and bias pairs (layernorm_batch's wr/br), loaded once per tile.
+template <class T, int D>
+__device__ __forceinline__ void load_ln_params(const PassParams& p, float2 (&wr)[D / 64], float2 (&br)[D / 64]) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int i = 0; i < D / 64; ++i) {
+    wr[i] = load2(static_cast<const T*>(p.ln_w) + 2 * lane + 64 * i);
+    br[i] = load2(static_cast<const T*>(p.ln_b) + 2 * lane + 64 * i);
   }
 }
 
@@ -169,84 +186,31 @@ __device__ __forceinline__ void layernorm_row(const PassParams& p, const float2 
 // store(r, d, y[d], y[d+1]) receives each normalised pair of row r; rows with row_off(r) < 0 get zeros.
 // A warp's rows go in batches of RB whose loads are all issued before any is normalised (one memory
 // latency a batch, not one a row: row by row, the SASS waited for each row's x before the next row's
-// offset; session 16), with the LayerNorm weight and bias loaded once.
-// Kernel experiment -DAXIAL_FUSED_LN_BATCH_STATS=1 (session 16, off by default, not yet run on a GPU):
-// a batch's LayerNorm statistics reduced together (below). Predicted: seed's LayerNorm phase (7.2k
-// cycles) -1 to -1.5k (four real rows a warp, two shuffle chains of ~5 x 30 cycles each).
-#ifndef AXIAL_FUSED_LN_BATCH_STATS
-#define AXIAL_FUSED_LN_BATCH_STATS 0
-#endif
+// offset; session 16), then normalised together (layernorm_batch). A padding row is normalised too
+// (its v = 0 gives finite values) and stored as zeros.
 template <class T, int D, int ROWS, int NWARPS, class RowOff, class Store>
 __device__ __forceinline__ void layernorm_rows(const PassParams& p, RowOff row_off, Store store) {
   constexpr int NV = D / 64, RB = NV >= 8 ? 1 : 8 / NV;  // rows in flight: at most 8 float2 a lane
+  static_assert(ROWS % (NWARPS * RB) == 0, "a warp's batches tile the rows");
   const T* x = static_cast<const T*>(p.x);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   float2 wr[NV], br[NV];
-#pragma unroll
-  for (int i = 0; i < NV; ++i) {
-    wr[i] = load2(static_cast<const T*>(p.ln_w) + 2 * lane + 64 * i);
-    br[i] = load2(static_cast<const T*>(p.ln_b) + 2 * lane + 64 * i);
-  }
+  load_ln_params<T, D>(p, wr, br);
   for (int r0 = warp; r0 < ROWS; r0 += NWARPS * RB) {
     // The batch's offsets first, then its loads in one straight run (an offset's 64-bit division may
     // call a subroutine, and a load issued before a call is waited for)
     int64_t off[RB];
 #pragma unroll
-    for (int j = 0; j < RB; ++j) off[j] = r0 + j * NWARPS < ROWS ? row_off(r0 + j * NWARPS) : -1;
+    for (int j = 0; j < RB; ++j) off[j] = row_off(r0 + j * NWARPS);
     float2 v[RB][NV];
 #pragma unroll
     for (int j = 0; j < RB; ++j)
 #pragma unroll
       for (int i = 0; i < NV; ++i) v[j][i] = off[j] >= 0 ? load2(x + off[j] + 2 * lane + 64 * i) : make_float2(0.f, 0.f);
-#if AXIAL_FUSED_LN_BATCH_STATS
-    // The batch's statistics together: each reduction step shuffles every row's partial sum before
-    // the next step (ptxas does not interleave the rows' shuffle chains by itself: the SASS of the
-    // per-row form runs them one after another). A padding row is normalised too (its v = 0 gives
-    // finite values) and stored as zeros; the batches tile the rows in every configuration.
-    static_assert(ROWS % (NWARPS * RB) == 0, "a warp's batches tile the rows");
-    float mean[RB], rstd[RB];
-#pragma unroll
-    for (int j = 0; j < RB; ++j) {
-      mean[j] = 0.f;
-#pragma unroll
-      for (int i = 0; i < NV; ++i) mean[j] += v[j][i].x + v[j][i].y;
-    }
-    warp_sum_rows(mean);
-#pragma unroll
-    for (int j = 0; j < RB; ++j) {
-      mean[j] *= 1.f / D;
-      rstd[j] = 0.f;
-#pragma unroll
-      for (int i = 0; i < NV; ++i) {
-        const float a = v[j][i].x - mean[j], c = v[j][i].y - mean[j];
-        rstd[j] += a * a + c * c;
-      }
-    }
-    warp_sum_rows(rstd);
-#pragma unroll
-    for (int j = 0; j < RB; ++j) {
-      rstd[j] = rsqrtf(rstd[j] * (1.f / D) + p.eps);
+    layernorm_batch<D>(p, v, wr, br, [&](int j, int d, float a, float b) {
       const bool ok = off[j] >= 0;
-#pragma unroll
-      for (int i = 0; i < NV; ++i) {
-        const float a = (v[j][i].x - mean[j]) * rstd[j] * wr[i].x + br[i].x;
-        const float b = (v[j][i].y - mean[j]) * rstd[j] * wr[i].y + br[i].y;
-        store(r0 + j * NWARPS, 2 * lane + 64 * i, ok ? a : 0.f, ok ? b : 0.f);
-      }
-    }
-#else
-#pragma unroll
-    for (int j = 0; j < RB; ++j) {
-      const int r = r0 + j * NWARPS;
-      if (r >= ROWS) continue;
-      if (off[j] < 0) {
-#pragma unroll
-        for (int i = 0; i < NV; ++i) store(r, 2 * lane + 64 * i, 0.f, 0.f);
-      } else {
-        layernorm_row<T, D>(p, v[j], [&](int d, float a, float b) { store(r, d, a, b); }, wr, br);
-      }
-    }
-#endif
+      store(r0 + j * NWARPS, d, ok ? a : 0.f, ok ? b : 0.f);
+    });
   }
 }
 
@@ -564,21 +528,16 @@ __global__ void __launch_bounds__(Tr::THREADS) fused_pass_kernel(const __grid_co
   const T* w_qkv = static_cast<const T*>(p.w_qkv);
   request_chunk<Tr, 3 * D, D>(w_qkv, ws, 0);
   offsets(0);
-#if AXIAL_FUSED_LN_XO
-  // Kernel experiment -DAXIAL_FUSED_LN_XO=1 (session 16, off by default, not yet run on a GPU): the
-  // first tile's LayerNorm takes its rows' offsets from offsets(0) (the same rows: xo[r] is row r's x
-  // offset, -1 past the end) instead of dividing again, at the price of this barrier. Predicted:
-  // seed's LayerNorm phase -0.5 to -1k cycles (a warp's 8 rows, two divisions each).
+  // The first tile's LayerNorm takes its rows' offsets from offsets(0) (the same BM rows: xo[r] is row
+  // r's x offset, -1 past the end) instead of dividing again, at the price of this barrier (session 17:
+  // with the batched statistics, seed's LayerNorm phase 7.2k -> 4.6k cycles a block).
   __syncthreads();
-#endif
   // Phase 1: q/k/v of every token of the group (padding rows are zero, so masked keys are finite).
   for (int r0 = 0; r0 < rows_alloc; r0 += BM) {
     if (r0 > 0) request_chunk<Tr, 3 * D, D>(w_qkv, ws, 0);  // (the last product ended synchronised)
     layernorm_tile<Tr>(p, xs, [&](int r) -> int64_t {
       const int rr = r0 + r;
-#if AXIAL_FUSED_LN_XO
       if (r0 == 0) return xo[r];
-#endif
       return rr < rows ? x_offset(p, s0 + rr / L, rr % L) : -1;
     });
     __syncthreads();
@@ -818,13 +777,8 @@ __device__ __forceinline__ void layernorm_sw128(const PassParams& p, T* A) {
   constexpr int NV = D / 64;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   float2 wr[NV], br[NV];  // this lane's LayerNorm weight and bias, loaded once
-#pragma unroll
-  for (int i = 0; i < NV; ++i) {
-    wr[i] = load2(static_cast<const T*>(p.ln_w) + 2 * lane + 64 * i);
-    br[i] = load2(static_cast<const T*>(p.ln_b) + 2 * lane + 64 * i);
-  }
-  // R rows per step, all loaded before any is normalised: their reductions (shuffle chains) are
-  // independent, so they overlap instead of paying each chain's latency in turn.
+  load_ln_params<T, D>(p, wr, br);
+  // R rows per step, all loaded before any is normalised and reduced together (layernorm_batch).
 #ifdef AXIAL_FUSED_LN_ROWS  // kernel experiments: rows per step (1, 2 or 4)
   constexpr int R = AXIAL_FUSED_LN_ROWS;
 #else
@@ -837,10 +791,8 @@ __device__ __forceinline__ void layernorm_sw128(const PassParams& p, T* A) {
     for (int j = 0; j < R; ++j)
 #pragma unroll
       for (int i = 0; i < NV; ++i) v[j][i] = load2(A + sw128_index<BM>(r0 + j, 2 * lane + 64 * i));
-#pragma unroll
-    for (int j = 0; j < R; ++j)
-      layernorm_row<T, D>(p, v[j], [&](int d, float a, float b) { store2(A + sw128_index<BM>(r0 + j, d), a, b); },
-                          wr, br);
+    layernorm_batch<D>(p, v, wr, br,
+                       [&](int j, int d, float a, float b) { store2(A + sw128_index<BM>(r0 + j, d), a, b); });
   }
   fence_proxy_async();
 }
@@ -1159,7 +1111,7 @@ __global__ void __launch_bounds__(Tr::THREADS) attn_out_kernel(const __grid_cons
 
 }  // namespace axial_fused
 
-// The Hopper head-looped fused kernel and the Hopper attention kernel (they use layernorm_row,
+// The Hopper head-looped fused kernel and the Hopper attention kernel (they use layernorm_batch,
 // OutEpilogue, exp2_ftz from above).
 #include "axial_fused/fused_sm90.cuh"
 #include "axial_fused/attn_sm90.cuh"

@@ -3,8 +3,8 @@
 // columns 2t and 2t+1 of each 8-column tile):
 //   Tc16  - bf16/fp16 tensor cores, mma.sync m16n8k16, fragments loaded with ldmatrix;
 //   Tf32  - tf32 tensor cores, mma.sync m16n8k8, fp32 operands rounded to tf32;
-//   Ffma  - plain fp32 FMA (PyTorch's "highest" float32 matmul precision; -DAXIAL_FUSED_FP32_3XTF32=1:
-//           the same accuracy class from split tf32 operands on the tensor cores, an experiment).
+//   Ffma  - fp32 accuracy (PyTorch's "highest" float32 matmul precision): by default 3xTF32, split tf32
+//           operands on the tensor cores (session 17); -DAXIAL_FUSED_FP32_3XTF32=0: plain fp32 FMA.
 // All operands come from shared memory; leading dimensions are in elements.
 #pragma once
 #include <cuda_bf16.h>
@@ -85,17 +85,18 @@ __device__ __forceinline__ void mma1688_tf32(float (&c)[4], const uint32_t (&a)[
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// Kernel experiment -DAXIAL_FUSED_FP32_3XTF32=1 (session 16, off by default, not yet run on a GPU):
-// the Ffma mode's products on the tf32 tensor cores with split operands (3xTF32, as CUTLASS's
-// "fast accurate" fp32 GEMM): x = big + small with big = tf32(x) and small = tf32(x - big), and
+// The Ffma mode's products on the tf32 tensor cores with split operands (3xTF32, as CUTLASS's
+// "fast accurate" fp32 GEMM; the default since session 17, -DAXIAL_FUSED_FP32_3XTF32=0 restores the
+// FFMA loops): x = big + small with big = tf32(x) and small = tf32(x - big), and
 // a b = big_a big_b + big_a small_b + small_a big_b (the small products first; small_a small_b,
 // ~2^-22 relative, dropped): about fp32's accuracy at a third of the tf32 rate, against the FFMA
-// loop's one LDS per two FMAs. Seed fp32's block spends 19k of ~43k cycles in the FFMA QKV product
-// and 9k in the output projection (session 16's phase clocks). Non-finite operands give NaN where
-// FFMA could give inf (x - big is NaN for x = inf); our fp32 operands are finite unless x is not,
-// and then LayerNorm has already made the row NaN.
+// loop's one LDS per two FMAs. Seed fp32's block spent 19k of ~43k cycles in the FFMA QKV product
+// and 9k in the output projection (session 16's phase clocks); 3xTF32 took seed fp32's kernels
+// 45.6 -> 37.3 us (session 17; the float64-reference tests pass at the exact-fp32 tolerance).
+// Non-finite operands give NaN where FFMA could give inf (x - big is NaN for x = inf); our fp32
+// operands are finite unless x is not, and then LayerNorm has already made the row NaN.
 #ifndef AXIAL_FUSED_FP32_3XTF32
-#define AXIAL_FUSED_FP32_3XTF32 0
+#define AXIAL_FUSED_FP32_3XTF32 1
 #endif
 struct Tf32Split {
   uint32_t big, small;
@@ -124,7 +125,7 @@ __device__ __forceinline__ void mma1688_3xtf32(float (&c)[4], const Tf32Split (&
 // ---- warp tile products -------------------------------------------------------------------------
 
 // acc[NT] (16 x 8*NT) += A (16 x K, fp32, row-major) B in 3xTF32, where b_at(n, k) is B's element for
-// output column n and depth k (the -DAXIAL_FUSED_FP32_3XTF32 experiment's form of the Ffma products).
+// output column n and depth k (the Ffma products' default form).
 template <int K, int NT, class BAt>
 __device__ __forceinline__ void warp_mma_3xtf32(float (&acc)[NT][4], const float* A, int lda, BAt b_at) {
   static_assert(K % 8 == 0, "tf32 tiles are k8");
@@ -134,8 +135,16 @@ __device__ __forceinline__ void warp_mma_3xtf32(float (&acc)[NT][4], const float
     Tf32Split a[4];
     a_frag_split(a, A, lda, k);
 #pragma unroll
-    for (int j = 0; j < NT; ++j)
-      mma1688_3xtf32(acc[j], a, split_tf32(b_at(j * 8 + g, k + t)), split_tf32(b_at(j * 8 + g, k + t + 4)));
+    for (int j = 0; j < NT; ++j) {
+      // Each k step's three products go into a fresh accumulator, added to acc with a rounded FADD:
+      // the tensor cores' fp32 accumulation truncates (rounds toward zero), and accumulating all of K
+      // there biased every step the same way (session 17: 1.0e-5 relative error at D = 1024 against
+      // PyTorch's 5e-7, past the exact-fp32 tolerance; the truncation is then only within 8 terms).
+      float c[4] = {0.f, 0.f, 0.f, 0.f};
+      mma1688_3xtf32(c, a, split_tf32(b_at(j * 8 + g, k + t)), split_tf32(b_at(j * 8 + g, k + t + 4)));
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[j][i] += c[i];
+    }
   }
 }
 
