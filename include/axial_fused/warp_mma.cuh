@@ -87,12 +87,13 @@ __device__ __forceinline__ void mma1688_tf32(float (&c)[4], const uint32_t (&a)[
 
 // The Ffma mode's products on the tf32 tensor cores with split operands (3xTF32, as CUTLASS's
 // "fast accurate" fp32 GEMM; the default since session 17, -DAXIAL_FUSED_FP32_3XTF32=0 restores the
-// FFMA loops): x = big + small with big = tf32(x) and small = tf32(x - big), and
+// FFMA loops): x = big + small with big = tf32(x) and small = tf32(x - big) (split_tf32), and
 // a b = big_a big_b + big_a small_b + small_a big_b (the small products first; small_a small_b,
 // ~2^-22 relative, dropped): about fp32's accuracy at a third of the tf32 rate, against the FFMA
 // loop's one LDS per two FMAs. Seed fp32's block spent 19k of ~43k cycles in the FFMA QKV product
 // and 9k in the output projection (session 16's phase clocks); 3xTF32 took seed fp32's kernels
-// 45.6 -> 37.3 us (session 17; the float64-reference tests pass at the exact-fp32 tolerance).
+// 45.6 -> 37.3 us (session 17; the float64-reference tests pass at the exact-fp32 tolerance), and
+// 32.1 with the truncating split below.
 // Non-finite operands give NaN where FFMA could give inf (x - big is NaN for x = inf); our fp32
 // operands are finite unless x is not, and then LayerNorm has already made the row NaN.
 #ifndef AXIAL_FUSED_FP32_3XTF32
@@ -101,9 +102,23 @@ __device__ __forceinline__ void mma1688_tf32(float (&c)[4], const uint32_t (&a)[
 struct Tf32Split {
   uint32_t big, small;
 };
+// The split (session 17): big = x with its low 13 mantissa bits cleared (one LOP3) and small = x - big
+// (exact) passed as fp32 bits (the tf32 mma takes an operand's top 19 bits), where cvt.rna.tf32.f32
+// is emulated on sm_90a by four instructions (add, infinity test, select, mask) and was done twice:
+// 2 instructions a split instead of 7, at ~2^-21 instead of ~2^-22 relative error a product (small
+// truncated). A warp splits 20 values a k step; seed fp32's kernels 37.5 -> 32.1 us, and the
+// float32 GPU tests pass at D up to 1024. -DAXIAL_FUSED_TF32_SPLIT_TRUNC=0: CUTLASS's rounded split.
+#ifndef AXIAL_FUSED_TF32_SPLIT_TRUNC
+#define AXIAL_FUSED_TF32_SPLIT_TRUNC 1
+#endif
 __device__ __forceinline__ Tf32Split split_tf32(float x) {
+#if AXIAL_FUSED_TF32_SPLIT_TRUNC
+  const uint32_t big = __float_as_uint(x) & 0xffffe000u;
+  return {big, __float_as_uint(x - __uint_as_float(big))};
+#else
   const uint32_t big = to_tf32(x);
   return {big, to_tf32(x - __uint_as_float(big))};
+#endif
 }
 // The m16n8k8 A fragment (rows g and g + 8, columns k + t and k + t + 4 of A), split.
 __device__ __forceinline__ void a_frag_split(Tf32Split (&a)[4], const float* A, int lda, int k) {
