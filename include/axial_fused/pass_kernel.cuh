@@ -1156,7 +1156,8 @@ inline cudaError_t current_device_attribute(int* value) {
 // (the attribute only permits; occupancy follows each launch's own request), so the hot path makes
 // one launch call and no attribute call. CLUSTER > 1: thread-block clusters of that many blocks (a
 // launch attribute, not __cluster_dims__, which the sm_80 compilation of the same kernel rejects).
-template <auto Kernel, int CLUSTER = 1, class... Args>
+// AFTER_K1: the Hopper attention kernels that follow K1 in a pass (-DAXIAL_FUSED_PDL=2, below).
+template <auto Kernel, int CLUSTER = 1, bool AFTER_K1 = false, class... Args>
 inline cudaError_t launch_with_smem(int64_t blocks, int threads, size_t smem, cudaStream_t stream, const Args&... args) {
   if (blocks <= 0) return cudaSuccess;
   if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
@@ -1176,8 +1177,12 @@ inline cudaError_t launch_with_smem(int64_t blocks, int threads, size_t smem, cu
       if (cached) opted_in[device].store(true, std::memory_order_release);
     }
   }
-  bool pdl = false;  // -DAXIAL_FUSED_PDL=1 (wgmma.cuh, pdl_entry): on compute capability 9.0 and above
-  if constexpr (AXIAL_FUSED_PDL) {
+  // -DAXIAL_FUSED_PDL=1 (wgmma.cuh, pdl_entry): every launch on compute capability 9.0 and above;
+  // =2 (session 17, not yet run on a GPU): only the attention kernel after K1, where session 17's
+  // gain was (vision, four kernels a forward: -2.8 us) without the losses at msa, esm and in the
+  // eager call that PDL on every launch measured.
+  bool pdl = false;
+  if constexpr (AXIAL_FUSED_PDL == 1 || (AXIAL_FUSED_PDL == 2 && AFTER_K1)) {
     int major = 0;
     const cudaError_t e = current_device_attribute<cudaDevAttrComputeCapabilityMajor>(&major);
     if (e != cudaSuccess) return e;
@@ -1260,8 +1265,8 @@ inline cudaError_t launch_split(const PassParams& p, int64_t tokens, cudaStream_
     const int64_t tiles = (tokens + G::BM - 1) / G::BM * G::NT, gemm_blocks = tiles < sms ? tiles : sms;
     // 64 queries a block where the sequence is no longer (a 128-query block would be half padding).
     const cudaError_t e =
-        p.len <= 64 ? launch_with_smem<attn_sm90_split_kernel<T, D, HEADS, 64>>(p.num_seq, 256, A64::SMEM, stream, p)
-                    : launch_with_smem<attn_sm90_split_kernel<T, D, HEADS, 128>>(
+        p.len <= 64 ? launch_with_smem<attn_sm90_split_kernel<T, D, HEADS, 64>, 1, true>(p.num_seq, 256, A64::SMEM, stream, p)
+                    : launch_with_smem<attn_sm90_split_kernel<T, D, HEADS, 128>, 1, true>(
                           p.num_seq * ((p.len + A::BM - 1) / A::BM), 256, A::SMEM, stream, p);
     if (e != cudaSuccess) return e == cudaErrorNotSupported ? cudaErrorUnknown : e;  // (no fallback from here)
     const cudaError_t g = launch_with_smem<out_gemm_sm90_kernel<T, D>>(gemm_blocks, 256, G::SMEM, stream, p, amap, wmap);
@@ -1348,11 +1353,11 @@ struct Spec {
           if constexpr (A::OUT_TMA) {  // (a driver without the encoder: the cp.async kernel below)
             CUtensorMap omap;
             if (encode_weight_map<T>(&omap, p.w_out, D, D, A::OUT_KW, A::WGN * A::OUT_BNW) == cudaSuccess)
-              return launch_with_smem<attn_sm90_otma_kernel<T, D, HEADS>>(p.num_seq * ((p.len + A::BM - 1) / A::BM), 256,
+              return launch_with_smem<attn_sm90_otma_kernel<T, D, HEADS>, 1, true>(p.num_seq * ((p.len + A::BM - 1) / A::BM), 256,
                                                                           A::SMEM, stream, p, omap);
           }
 #endif
-          return launch_with_smem<attn_sm90_kernel<T, D, HEADS>>(p.num_seq * ((p.len + A::BM - 1) / A::BM), 256, A::SMEM,
+          return launch_with_smem<attn_sm90_kernel<T, D, HEADS>, 1, true>(p.num_seq * ((p.len + A::BM - 1) / A::BM), 256, A::SMEM,
                                                                  stream, p);
         }
       }

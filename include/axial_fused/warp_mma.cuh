@@ -102,19 +102,22 @@ __device__ __forceinline__ void mma1688_tf32(float (&c)[4], const uint32_t (&a)[
 struct Tf32Split {
   uint32_t big, small;
 };
-// The split (session 17): big = x with its low 13 mantissa bits cleared (one LOP3) and small = x - big
-// (exact) passed as fp32 bits (the tf32 mma takes an operand's top 19 bits), where cvt.rna.tf32.f32
-// is emulated on sm_90a by four instructions (add, infinity test, select, mask) and was done twice:
-// 2 instructions a split instead of 7, at ~2^-21 instead of ~2^-22 relative error a product (small
-// truncated). A warp splits 20 values a k step; seed fp32's kernels 37.5 -> 32.1 us, and the
-// float32 GPU tests pass at D up to 1024. -DAXIAL_FUSED_TF32_SPLIT_TRUNC=0: CUTLASS's rounded split.
+// The split (session 17): big = x with its low 13 mantissa bits cleared (one LOP3), and small =
+// x - big (exact) with its low 13 bits cleared too, where cvt.rna.tf32.f32 is emulated on sm_90a by
+// four instructions (add, infinity test, select, mask) and was done twice: 2 instructions a split
+// instead of 7, at ~2^-21 instead of ~2^-22 relative error a product (small truncated). small's mask
+// states the tf32 operand contract (a tf32 operand's low bits are implementation-defined); ptxas
+// drops it before the HMMA (sm_90a: the same instruction count as without it). A warp splits 20
+// values a k step; seed fp32's kernels 37.5 -> 32.1 us, and the float32 GPU tests pass at D up to
+// 1024 (session 17, measured before the mask was written). -DAXIAL_FUSED_TF32_SPLIT_TRUNC=0:
+// CUTLASS's rounded split.
 #ifndef AXIAL_FUSED_TF32_SPLIT_TRUNC
 #define AXIAL_FUSED_TF32_SPLIT_TRUNC 1
 #endif
 __device__ __forceinline__ Tf32Split split_tf32(float x) {
 #if AXIAL_FUSED_TF32_SPLIT_TRUNC
   const uint32_t big = __float_as_uint(x) & 0xffffe000u;
-  return {big, __float_as_uint(x - __uint_as_float(big))};
+  return {big, __float_as_uint(x - __uint_as_float(big)) & 0xffffe000u};
 #else
   const uint32_t big = to_tf32(x);
   return {big, to_tf32(x - __uint_as_float(big))};
