@@ -190,7 +190,8 @@ __device__ __forceinline__ void load_ln_params(const PassParams& p, float2 (&wr)
 // (its v = 0 gives finite values) and stored as zeros.
 template <class T, int D, int ROWS, int NWARPS, class RowOff, class Store>
 __device__ __forceinline__ void layernorm_rows(const PassParams& p, RowOff row_off, Store store) {
-  constexpr int NV = D / 64, RB = NV >= 8 ? 1 : 8 / NV;  // rows in flight: at most 8 float2 a lane
+  constexpr int NV = D / 64, RB_MAX = NV >= 8 ? 1 : 8 / NV;  // rows in flight: at most 8 float2 a lane
+  constexpr int RB = RB_MAX * NWARPS <= ROWS ? RB_MAX : (ROWS / NWARPS > 0 ? ROWS / NWARPS : 1);
   static_assert(ROWS % (NWARPS * RB) == 0, "a warp's batches tile the rows");
   const T* x = static_cast<const T*>(p.x);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -214,10 +215,11 @@ __device__ __forceinline__ void layernorm_rows(const PassParams& p, RowOff row_o
   }
 }
 
-// xs[r] = LN(x[row_off(r)]) for the BM rows of a tile (row stride LDX).
-template <class Tr, class RowOff>
+// xs[r] = LN(x[row_off(r)]) for the BM rows of a tile (row stride LDX); ROWS < BM: its first ROWS rows
+// only (the short-block form).
+template <class Tr, int ROWS = Tr::BM, class RowOff>
 __device__ __forceinline__ void layernorm_tile(const PassParams& p, typename Tr::T* xs, RowOff row_off) {
-  layernorm_rows<typename Tr::T, Tr::D, Tr::BM, Tr::NW>(
+  layernorm_rows<typename Tr::T, Tr::D, ROWS, Tr::NW>(
       p, row_off, [&](int r, int d, float a, float b) { store2(xs + r * Tr::LDX + d, a, b); });
 }
 
@@ -227,6 +229,9 @@ __device__ __forceinline__ void layernorm_tile(const PassParams& p, typename Tr:
 // streamed through `ws` in (WN x BK) chunks, two stages deep (cp.async). Warp w computes rows
 // [16 rg, 16 rg + 16) and the 64 columns [64 cg, 64 cg + 64) of each chunk (rg = w % RG,
 // cg = w / RG) when `active` (a chunk may stick out past N: those columns are skipped).
+// SPLIT = 2 (the short-block form, fused_pass_kernel's tiles of at most BM / 2 rows): the first
+// RG / 2 row groups only, each column group's 64 columns in two halves of 32, so that every warp
+// takes a 16 x 32 part (rg = w % (RG / 2), half = w / (RG / 2) % 2) and no warp a padding row.
 // epi(row, col, y[row][col], y[row][col+1]) receives every pair. Starts and ends with all threads
 // synchronised on `ws`. PRE: the caller has already requested chunk 0 (request_chunk<Tr, N, K>(W, ws, 0),
 // its cp.async group the newest), so that its latency overlaps the caller's work before the call.
@@ -245,14 +250,17 @@ __device__ __forceinline__ void request_chunk(const typename Tr::T* W, typename 
   cp_async_commit();
 }
 
-template <class Tr, int N, int K, bool PRE = false, class Epi>
+template <class Tr, int N, int K, bool PRE = false, int SPLIT = 1, class Epi>
 __device__ __forceinline__ void block_gemm(const typename Tr::T* As, int lda, const typename Tr::T* W,
                                            typename Tr::T* ws, bool active, Epi&& epi) {
-  constexpr int WN = Tr::WN, BK = Tr::BK, LDW = Tr::LDW, NT = 8;
+  constexpr int WN = Tr::WN, BK = Tr::BK, LDW = Tr::LDW, NT = 8 / SPLIT, RGS = Tr::RG / SPLIT;
   constexpr int KC = K / BK, NC = (N + WN - 1) / WN, ITERS = NC * KC;
   static_assert(N % 64 == 0 && K % BK == 0, "weight chunks must tile the weight");
+  static_assert((SPLIT == 1 || SPLIT == 2) && RGS >= 1, "SPLIT: 1, or 2 (the short-block form)");
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int rg = warp % Tr::RG, cg = warp / Tr::RG;
+  const int rg = warp % RGS, cg = warp / Tr::RG;
+  // (the column offset of this warp's part within its column group: 0 in the whole form)
+  const int half = SPLIT == 1 ? 0 : (warp / RGS) % SPLIT * (64 / SPLIT);
   auto load = [&](int it) { request_chunk<Tr, N, K>(W, ws, it); };
 
   float acc[NT][4];
@@ -265,13 +273,13 @@ __device__ __forceinline__ void block_gemm(const typename Tr::T* As, int lda, co
       cp_async_wait<0>();
     }
     __syncthreads();
-    const int kc = it % KC, n0 = (it / KC) * WN + cg * 64;
+    const int kc = it % KC, n0 = (it / KC) * WN + cg * 64 + half;
     if (kc == 0) {
 #pragma unroll
       for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
     }
     if (active && n0 < N) {
-      warp_mma_nt<Tr::M, BK, NT>(acc, As + rg * 16 * lda + kc * BK, lda, ws + (it & 1) * WN * LDW + cg * 64 * LDW, LDW);
+      warp_mma_nt<Tr::M, BK, NT>(acc, As + rg * 16 * lda + kc * BK, lda, ws + (it & 1) * WN * LDW + (cg * 64 + half) * LDW, LDW);
       if (kc == KC - 1) {
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
@@ -480,14 +488,30 @@ struct OutEpilogue {
 
 // Output projection of the BM x D attention output in `os` + bias + residual, rows addressed by the
 // offsets from row_offsets (which must be visible to all threads: a barrier after writing them).
-template <class Tr, bool PRE = false>
+template <class Tr, bool PRE = false, int SPLIT = 1>
 __device__ __forceinline__ void out_projection(const PassParams& p, const typename Tr::T* os, typename Tr::T* ws,
                                                bool active, const int64_t* xo, const int64_t* oo) {
   using T = typename Tr::T;
-  block_gemm<Tr, Tr::D, Tr::D, PRE>(os, Tr::LDX, static_cast<const T*>(p.w_out), ws, active, OutEpilogue<T>(p, xo, oo));
+  block_gemm<Tr, Tr::D, Tr::D, PRE, SPLIT>(os, Tr::LDX, static_cast<const T*>(p.w_out), ws, active, OutEpilogue<T>(p, xo, oo));
 }
 
 // ---- the fused kernel ---------------------------------------------------------------------------
+
+// Kernel experiment (session 18, default off; written without device time, not yet measured):
+// -DAXIAL_FUSED_SHORT_BLOCK=1, the short-block form. A block of at most BM / 2 tokens (seed: one
+// 32-token sequence a block, 128 blocks on 132 SMs) leaves the row groups past BM / 2 without work
+// in the attention and the output projection, and computes LayerNorm and q/k/v of padding rows with
+// them: warps rg = 2, 3 of RG = 4, which are warps 2, 3, 6, 7, the same two of the SM's four
+// schedulers (warp % 4), so half the SM's issue slots and tensor cores wait while the other half
+// runs every product of the block. The short-block form gives every warp a share of the real rows:
+// the products in 16 x 32 parts (block_gemm's SPLIT = 2), the attention one head a warp
+// (NW / (RG / 2) head slots instead of CG), the LayerNorm of BM / 2 rows, and the q/k/v rows past
+// BM / 2 (keys a 64-wide tile may read, masked) zero-filled instead of computed. Predicted from
+// session 17's phase clocks (the per-scheduler work of the products and the attention about
+// halved): seed fp32 ~32 -> ~21 us of kernels a forward, seed bf16 ~18.5 -> ~13.
+#ifndef AXIAL_FUSED_SHORT_BLOCK
+#define AXIAL_FUSED_SHORT_BLOCK 0
+#endif
 
 template <class Tr>
 __global__ void __launch_bounds__(Tr::THREADS) fused_pass_kernel(const __grid_constant__ PassParams p) {
@@ -533,6 +557,20 @@ __global__ void __launch_bounds__(Tr::THREADS) fused_pass_kernel(const __grid_co
   // with the batched statistics, seed's LayerNorm phase 7.2k -> 4.6k cycles a block).
   __syncthreads();
   // Phase 1: q/k/v of every token of the group (padding rows are zero, so masked keys are finite).
+#if AXIAL_FUSED_SHORT_BLOCK
+  const bool short_block = rows <= BM / 2;  // (block-uniform)
+  if (short_block) {  // one tile of BM / 2 rows; the q/k/v rows past it zeros (16-byte stores)
+    layernorm_tile<Tr, BM / 2>(p, xs, [&](int r) -> int64_t { return xo[r]; });
+    uint4* z = reinterpret_cast<uint4*>(qkv + (BM / 2) * LDQKV);
+    for (int i = threadIdx.x; i < (rows_alloc - BM / 2) * LDQKV * int(sizeof(T)) / 16; i += Tr::THREADS)
+      z[i] = make_uint4(0u, 0u, 0u, 0u);
+    __syncthreads();
+    AXIAL_PHASE(0);
+    block_gemm<Tr, 3 * D, D, true, 2>(xs, Tr::LDX, w_qkv, ws, true,
+                                      [&](int r, int c, float a, float b) { store2(qkv + r * LDQKV + c, a, b); });
+    AXIAL_PHASE(1);
+  } else
+#endif
   for (int r0 = 0; r0 < rows_alloc; r0 += BM) {
     if (r0 > 0) request_chunk<Tr, 3 * D, D>(w_qkv, ws, 0);  // (the last product ended synchronised)
     layernorm_tile<Tr>(p, xs, [&](int r) -> int64_t {
@@ -567,32 +605,45 @@ __global__ void __launch_bounds__(Tr::THREADS) fused_pass_kernel(const __grid_co
   }
 
   // Phase 2: attention for BM queries at a time (column groups take alternate heads), then the
-  // output projection.
+  // output projection. In the short-block form the first RG / 2 row groups take the rows and every
+  // warp of them one of NW / (RG / 2) head slots.
+#if AXIAL_FUSED_SHORT_BLOCK
+  const int arg = short_block ? warp % (Tr::RG / 2) : rg, slot = short_block ? warp / (Tr::RG / 2) : cg;
+  const int slots = short_block ? Tr::NW / (Tr::RG / 2) : Tr::CG;
+#else
+  const int arg = rg, slot = cg;
+  constexpr int slots = Tr::CG;
+#endif
   for (int q0 = 0; q0 < rows; q0 += BM) {
     if (q0 > 0) offsets(q0);  // (the last product ended synchronised: its epilogue is done with them)
     request_chunk<Tr, D, D>(static_cast<const T*>(p.w_out), ws, 0);  // in flight during the attention
     AXIAL_PHASE(5);  // ("pre-attention": the NaN isolation, later tiles' offsets and this request)
-    const int rw = q0 + rg * 16;  // this warp's first query row
+    const int rw = q0 + arg * 16;  // this warp's first query row
     const bool active = rw < rows;
     if (active) {
       const int ra = min(rw + g, rows - 1), rb = min(rw + g + 8, rows - 1);
       const int lo[2] = {ra / L * L, rb / L * L};
       const int hi[2] = {lo[0] + L, lo[1] + L};
       const int klo = rw / L * L / BN * BN, khi = min(rw + 15, rows - 1) / L * L + L;
-      for (int h = cg; h < Tr::HEADS; h += Tr::CG) {
+      for (int h = slot; h < Tr::HEADS; h += slots) {
         AttnState<Tr> st;
         st.init();
         for (int kt = klo; kt < khi; kt += BN) {
           attend_tile<Tr>(st, qkv + rw * LDQKV + h * HD, LDQKV, qkv + kt * LDQKV + D + h * HD,
                           qkv + kt * LDQKV + 2 * D + h * HD, LDQKV, kt, lo, hi, p.scale_log2, ps + warp * 16 * Tr::LDP);
         }
-        st.store(xs + rg * 16 * Tr::LDX + h * HD, Tr::LDX);
+        st.store(xs + arg * 16 * Tr::LDX + h * HD, Tr::LDX);
       }
     }
     AXIAL_PHASE(2);
     __syncthreads();
     AXIAL_PHASE(3);
-    out_projection<Tr, true>(p, xs, ws, active, xo, oo);
+#if AXIAL_FUSED_SHORT_BLOCK
+    if (short_block)
+      out_projection<Tr, true, 2>(p, xs, ws, active, xo, oo);
+    else
+#endif
+      out_projection<Tr, true>(p, xs, ws, active, xo, oo);
     AXIAL_PHASE(4);
   }
 #ifdef AXIAL_FUSED_PHASE_CLOCK
