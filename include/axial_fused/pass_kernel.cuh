@@ -329,16 +329,18 @@ struct AttnState {
   }
 };
 
-// Queries: 16 rows at Qs. Keys/values: BN rows at Ks/Vs, key index of the first = key0; keys outside
+// Queries: 16 rows at Qs. Keys/values: KN (a tile, BN, unless the short-block form's keys are fewer)
+// rows at Ks/Vs, key index of the first = key0; keys outside
 // [lo[i], hi[i]) are masked for this thread's row i (g, g+8). Masked keys must hold finite values
 // (their probability is 0, and 0 * NaN = NaN): fused_pass_kernel makes sure of it after phase 1.
 // Ps: this warp's 16 x LDP scratch for the probabilities (fp32 modes).
-template <class Tr>
+template <class Tr, int KN = Tr::BN>
 __device__ __forceinline__ void attend_tile(AttnState<Tr>& st, const typename Tr::T* Qs, int ldq,
                                             const typename Tr::T* Ks, const typename Tr::T* Vs, int ldkv,
                                             int key0, const int (&lo)[2], const int (&hi)[2], float scale_log2,
                                             typename Tr::T* Ps) {
-  constexpr int NT = Tr::BN / 8;
+  static_assert(KN % 16 == 0 && KN <= Tr::BN, "a key tile of 16 to BN keys");
+  constexpr int NT = KN / 8;
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   float s[NT][4];
 #pragma unroll
@@ -348,7 +350,7 @@ __device__ __forceinline__ void attend_tile(AttnState<Tr>& st, const typename Tr
   // Keys outside a row's [lo, hi) get -inf; a tile inside both rows' ranges (the common case) skips
   // the comparisons. The max is taken on raw scores (scale > 0) and the scale is folded into the
   // exponent: p = 2^(s * scale_log2 - m), one FFMA and one EX2 per score.
-  const bool inside = key0 >= lo[0] && key0 >= lo[1] && key0 + Tr::BN <= hi[0] && key0 + Tr::BN <= hi[1];
+  const bool inside = key0 >= lo[0] && key0 >= lo[1] && key0 + KN <= hi[0] && key0 + KN <= hi[1];
   if (!inside) {
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
@@ -401,7 +403,7 @@ __device__ __forceinline__ void attend_tile(AttnState<Tr>& st, const typename Tr
       store2(Ps + (g + 8) * Tr::LDP + j * 8 + 2 * t, s[j][2], s[j][3]);
     }
     __syncwarp();
-    warp_mma_nn<Tr::M, Tr::BN, Tr::HD / 8>(st.o, Ps, Tr::LDP, Vs, ldkv);
+    warp_mma_nn<Tr::M, KN, Tr::HD / 8>(st.o, Ps, Tr::LDP, Vs, ldkv);
     __syncwarp();
   }
 }
@@ -505,10 +507,10 @@ __device__ __forceinline__ void out_projection(const PassParams& p, const typena
 // schedulers (warp % 4), so half the SM's issue slots and tensor cores wait while the other half
 // runs every product of the block. The short-block form gives every warp a share of the real rows:
 // the products in 16 x 32 parts (block_gemm's SPLIT = 2), the attention one head a warp
-// (NW / (RG / 2) head slots instead of CG), the LayerNorm of BM / 2 rows, and the q/k/v rows past
-// BM / 2 (keys a 64-wide tile may read, masked) zero-filled instead of computed. Predicted from
-// session 17's phase clocks (the per-scheduler work of the products and the attention about
-// halved): seed fp32 ~32 -> ~21 us of kernels a forward, seed bf16 ~18.5 -> ~13.
+// (NW / (RG / 2) head slots instead of CG) over one tile of BM / 2 keys (every key of the block;
+// the 16-bit kernels' 64-key tiles were half masked padding at L = 32), the LayerNorm of BM / 2
+// rows. Predicted from session 17's phase clocks (the per-scheduler work of the products and the
+// attention about halved): seed fp32 ~32 -> ~21 us of kernels a forward, seed bf16 ~18.5 -> ~13.
 #ifndef AXIAL_FUSED_SHORT_BLOCK
 #define AXIAL_FUSED_SHORT_BLOCK 0
 #endif
@@ -559,11 +561,8 @@ __global__ void __launch_bounds__(Tr::THREADS) fused_pass_kernel(const __grid_co
   // Phase 1: q/k/v of every token of the group (padding rows are zero, so masked keys are finite).
 #if AXIAL_FUSED_SHORT_BLOCK
   const bool short_block = rows <= BM / 2;  // (block-uniform)
-  if (short_block) {  // one tile of BM / 2 rows; the q/k/v rows past it zeros (16-byte stores)
+  if (short_block) {  // one tile of BM / 2 rows (nothing reads q/k/v rows past them: phase 2's keys)
     layernorm_tile<Tr, BM / 2>(p, xs, [&](int r) -> int64_t { return xo[r]; });
-    uint4* z = reinterpret_cast<uint4*>(qkv + (BM / 2) * LDQKV);
-    for (int i = threadIdx.x; i < (rows_alloc - BM / 2) * LDQKV * int(sizeof(T)) / 16; i += Tr::THREADS)
-      z[i] = make_uint4(0u, 0u, 0u, 0u);
     __syncthreads();
     AXIAL_PHASE(0);
     block_gemm<Tr, 3 * D, D, true, 2>(xs, Tr::LDX, w_qkv, ws, true,
@@ -628,6 +627,13 @@ __global__ void __launch_bounds__(Tr::THREADS) fused_pass_kernel(const __grid_co
       for (int h = slot; h < Tr::HEADS; h += slots) {
         AttnState<Tr> st;
         st.init();
+#if AXIAL_FUSED_SHORT_BLOCK
+        if (short_block) {  // all the block's keys in one tile of BM / 2 (<= BN) keys, from key 0
+          static_assert(BM / 2 <= BN, "the short-block form's key tile");
+          attend_tile<Tr, BM / 2>(st, qkv + rw * LDQKV + h * HD, LDQKV, qkv + D + h * HD, qkv + 2 * D + h * HD, LDQKV, 0,
+                                  lo, hi, p.scale_log2, ps + warp * 16 * Tr::LDP);
+        } else
+#endif
         for (int kt = klo; kt < khi; kt += BN) {
           attend_tile<Tr>(st, qkv + rw * LDQKV + h * HD, LDQKV, qkv + kt * LDQKV + D + h * HD,
                           qkv + kt * LDQKV + 2 * D + h * HD, LDQKV, kt, lo, hi, p.scale_log2, ps + warp * 16 * Tr::LDP);
