@@ -191,8 +191,8 @@ __device__ __forceinline__ void load_ln_params(const PassParams& p, float2 (&wr)
 template <class T, int D, int ROWS, int NWARPS, class RowOff, class Store>
 __device__ __forceinline__ void layernorm_rows(const PassParams& p, RowOff row_off, Store store) {
   constexpr int NV = D / 64, RB_MAX = NV >= 8 ? 1 : 8 / NV;  // rows in flight: at most 8 float2 a lane
-  constexpr int RB = RB_MAX * NWARPS <= ROWS ? RB_MAX : (ROWS / NWARPS > 0 ? ROWS / NWARPS : 1);
-  static_assert(ROWS % (NWARPS * RB) == 0, "a warp's batches tile the rows");
+  constexpr int RB = RB_MAX * NWARPS <= ROWS ? RB_MAX : ROWS / NWARPS;  // (fewer rows: the short-block form)
+  static_assert(RB >= 1 && ROWS % (NWARPS * RB) == 0, "a warp's batches tile the rows");
   const T* x = static_cast<const T*>(p.x);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   float2 wr[NV], br[NV];
