@@ -250,6 +250,19 @@ __device__ __forceinline__ void request_chunk(const typename Tr::T* W, typename 
   cp_async_commit();
 }
 
+// The output projection's epilogue (OutEpilogue: bias + residual) in block_gemm. out may alias x
+// (the in-place column pass), so the compiler keeps each pair's loads after the previous pair's
+// store, and pair by pair (-DAXIAL_FUSED_BLOCK_EPI_BATCH=0) a warp waits one load latency per pair
+// (8 pairs a warp in the short-block form, 16 in the whole one). =2, the default since session 19:
+// a warp's addends are all loaded before its last k chunk's products, then folded in and stored;
+// =1: loaded all at once after those products. Measured (H200, kernels a forward; the out phase of
+// a seed block 2.1k -> 1.35k cycles bf16, 4.4k -> 3.3k fp32): seed 12.7 / 12.1 / 11.9 us and seed
+// fp32 21.3 / 20.4 / 20.8 us for 0 / 1 / 2; =1 spills 20-36 bytes in the fp32 D = 512 and 1024
+// fused kernels (16 fp32 addend pairs a warp in the whole form), =2 none beyond =0's.
+#ifndef AXIAL_FUSED_BLOCK_EPI_BATCH
+#define AXIAL_FUSED_BLOCK_EPI_BATCH 2
+#endif
+
 template <class Tr, int N, int K, bool PRE = false, int SPLIT = 1, class Epi>
 __device__ __forceinline__ void block_gemm(const typename Tr::T* As, int lda, const typename Tr::T* W,
                                            typename Tr::T* ws, bool active, Epi&& epi) {
@@ -279,12 +292,32 @@ __device__ __forceinline__ void block_gemm(const typename Tr::T* As, int lda, co
       for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
     }
     if (active && n0 < N) {
+      // An epilogue with addend() (OutEpilogue: bias + residual) gets all of this warp's addends
+      // loaded at once, then folded in and stored (put): out may alias x, so loads left in the
+      // pairs' order would each wait for the store before them (AXIAL_FUSED_BLOCK_EPI_BATCH above).
+      constexpr bool BATCH = AXIAL_FUSED_BLOCK_EPI_BATCH != 0 && HasAddend<std::decay_t<Epi>>::value;
+      typename AddendOf<std::decay_t<Epi>, BATCH>::type add[BATCH ? NT : 1][2];
+      const int r0 = rg * 16 + g;
+      if constexpr (BATCH && AXIAL_FUSED_BLOCK_EPI_BATCH == 2) {
+        if (kc == KC - 1) load_addends<8 * NT>(epi, add, r0, n0, t);
+      }
       warp_mma_nt<Tr::M, BK, NT>(acc, As + rg * 16 * lda + kc * BK, lda, ws + (it & 1) * WN * LDW + (cg * 64 + half) * LDW, LDW);
       if (kc == KC - 1) {
+        if constexpr (BATCH) {
+          if constexpr (AXIAL_FUSED_BLOCK_EPI_BATCH == 1) load_addends<8 * NT>(epi, add, r0, n0, t);
 #pragma unroll
-        for (int j = 0; j < NT; ++j) {
-          epi(rg * 16 + g, n0 + j * 8 + 2 * t, acc[j][0], acc[j][1]);
-          epi(rg * 16 + g + 8, n0 + j * 8 + 2 * t, acc[j][2], acc[j][3]);
+          for (int j = 0; j < NT; ++j) {
+            epi.fold(acc[j][0], acc[j][1], add[j][0]);
+            epi.fold(acc[j][2], acc[j][3], add[j][1]);
+            epi.put(r0, n0 + j * 8 + 2 * t, acc[j][0], acc[j][1]);
+            epi.put(r0 + 8, n0 + j * 8 + 2 * t, acc[j][2], acc[j][3]);
+          }
+        } else {
+#pragma unroll
+          for (int j = 0; j < NT; ++j) {
+            epi(r0, n0 + j * 8 + 2 * t, acc[j][0], acc[j][1]);
+            epi(r0 + 8, n0 + j * 8 + 2 * t, acc[j][2], acc[j][3]);
+          }
         }
       }
     }
@@ -486,6 +519,10 @@ struct OutEpilogue {
   __device__ __forceinline__ void operator()(int r, int c, uint4 v) const {
     if (rows.x(r) >= 0) st_global_16(out + rows.o(r) + c, v);
   }
+  // A pair with its addend already folded in (block_gemm's batched form).
+  __device__ __forceinline__ void put(int r, int c, float a, float b) const {
+    if (rows.x(r) >= 0) store2(out + rows.o(r) + c, a, b);
+  }
 };
 
 // Output projection of the BM x D attention output in `os` + bias + residual, rows addressed by the
@@ -499,20 +536,20 @@ __device__ __forceinline__ void out_projection(const PassParams& p, const typena
 
 // ---- the fused kernel ---------------------------------------------------------------------------
 
-// Kernel experiment (session 18, default off; written without device time, not yet measured):
-// -DAXIAL_FUSED_SHORT_BLOCK=1, the short-block form. A block of at most BM / 2 tokens (seed: one
-// 32-token sequence a block, 128 blocks on 132 SMs) leaves the row groups past BM / 2 without work
-// in the attention and the output projection, and computes LayerNorm and q/k/v of padding rows with
-// them: warps rg = 2, 3 of RG = 4, which are warps 2, 3, 6, 7, the same two of the SM's four
-// schedulers (warp % 4), so half the SM's issue slots and tensor cores wait while the other half
-// runs every product of the block. The short-block form gives every warp a share of the real rows:
-// the products in 16 x 32 parts (block_gemm's SPLIT = 2), the attention one head a warp
-// (NW / (RG / 2) head slots instead of CG) over one tile of BM / 2 keys (every key of the block;
-// the 16-bit kernels' 64-key tiles were half masked padding at L = 32), the LayerNorm of BM / 2
-// rows. Predicted from session 17's phase clocks (the per-scheduler work of the products and the
-// attention about halved): seed fp32 ~32 -> ~21 us of kernels a forward, seed bf16 ~18.5 -> ~13.
+// The short-block form (session 18; the default since session 19, -DAXIAL_FUSED_SHORT_BLOCK=0 turns
+// it off for A/B runs). A block of at most BM / 2 tokens (seed: one 32-token sequence a block, 128
+// blocks on 132 SMs) would leave the row groups past BM / 2 without work in the attention and the
+// output projection, and compute LayerNorm and q/k/v of padding rows with them: warps rg = 2, 3 of
+// RG = 4, which are warps 2, 3, 6, 7, the same two of the SM's four schedulers (warp % 4), so half
+// the SM's issue slots and tensor cores would wait while the other half ran every product of the
+// block. The short-block form gives every warp a share of the real rows: the products in 16 x 32
+// parts (block_gemm's SPLIT = 2), the attention one head a warp (NW / (RG / 2) head slots instead
+// of CG) over one tile of BM / 2 keys (every key of the block; the 16-bit kernels' 64-key tiles
+// were half masked padding at L = 32), the LayerNorm of BM / 2 rows. Measured on the H200
+// (session 19, kernels a forward): seed fp32 32.1 -> 21.4 us, seed bf16 18.5 -> 12.6 us
+// (predicted ~21 and ~13); docs/performance.md, "Session 19".
 #ifndef AXIAL_FUSED_SHORT_BLOCK
-#define AXIAL_FUSED_SHORT_BLOCK 0
+#define AXIAL_FUSED_SHORT_BLOCK 1
 #endif
 
 template <class Tr>
@@ -1234,10 +1271,10 @@ inline cudaError_t launch_with_smem(int64_t blocks, int threads, size_t smem, cu
       if (cached) opted_in[device].store(true, std::memory_order_release);
     }
   }
-  // -DAXIAL_FUSED_PDL=1 (wgmma.cuh, pdl_entry): every launch on compute capability 9.0 and above;
-  // =2 (session 17, not yet run on a GPU): only the attention kernel after K1, where session 17's
-  // gain was (vision, four kernels a forward: -2.8 us) without the losses at msa, esm and in the
-  // eager call that PDL on every launch measured.
+  // AXIAL_FUSED_PDL (wgmma.cuh, pdl_entry) = 2, the default: only the attention kernel after K1
+  // (session 19: vision -1.8 us fused_graph, -3.7 us its eager call, the rest within spread), without
+  // the losses at msa, esm and in seed's eager call that =1, every launch on compute capability 9.0
+  // and above, measured in session 17.
   bool pdl = false;
   if constexpr (AXIAL_FUSED_PDL == 1 || (AXIAL_FUSED_PDL == 2 && AFTER_K1)) {
     int major = 0;

@@ -36,16 +36,18 @@
 
 namespace axial_fused {
 
-// Kernel experiment (session 11, default off; session 12: at most 0.7 us per forward on the small
-// shapes, within spread, so not adopted): -DAXIAL_FUSED_PDL=1 launches every kernel
-// on Hopper with programmatic dependent launch (the stream-serialization attribute,
-// launch_with_smem), and each kernel begins with pdl_entry(): wait until the grid before it has
-// finished and its writes are visible (griddepcontrol.wait, so nothing is read early), then let the
-// next grid launch (griddepcontrol.launch_dependents). The next grid's launch and block scheduling
-// then overlap this one's tail instead of following its end. Without the attribute the wait returns
-// at once. (Only the sm_90a build has the instructions.)
+// Programmatic dependent launch (PDL). Each kernel begins with pdl_entry(): wait until the grid
+// before it has finished and its writes are visible (griddepcontrol.wait, so nothing is read early),
+// then let the next grid launch (griddepcontrol.launch_dependents). A kernel launched with the
+// stream-serialization attribute (launch_with_smem) then has its launch and block scheduling overlap
+// the previous grid's tail instead of following its end; without the attribute the wait returns at
+// once. (Only the sm_90a build has the instructions.) Which launches get the attribute:
+// -DAXIAL_FUSED_PDL=2, the default since session 19: the Hopper attention kernel after K1 only
+// (vision fused_graph 67.2 -> 65.4 us, its eager call 71.1 -> 67.4; the other shapes within spread).
+// =1 (sessions 11-12, 17): every launch (vision's gain, but msa, esm and seed's eager call slower).
+// =0: none.
 #ifndef AXIAL_FUSED_PDL
-#define AXIAL_FUSED_PDL 0
+#define AXIAL_FUSED_PDL 2
 #endif
 __device__ __forceinline__ void pdl_entry() {
 #if AXIAL_FUSED_PDL && AXIAL_FUSED_SM90
