@@ -573,7 +573,7 @@ __global__ void __launch_bounds__(Tr::THREADS) fused_pass_kernel(const __grid_co
   const int rows_alloc = (rows + Tr::ROW_ALIGN - 1) / Tr::ROW_ALIGN * Tr::ROW_ALIGN;
 
 #ifdef AXIAL_FUSED_PHASE_CLOCK
-  long long phase_[6] = {}, phase_last_ = clock64();
+  long long phase_[7] = {}, phase_last_ = clock64();
 #endif
   // Where phase 2's query tile starting at q0 lives in x and out (row_offsets).
   auto offsets = [&](int q0) {
@@ -595,6 +595,7 @@ __global__ void __launch_bounds__(Tr::THREADS) fused_pass_kernel(const __grid_co
   // r's x offset, -1 past the end) instead of dividing again, at the price of this barrier (session 17:
   // with the batched statistics, seed's LayerNorm phase 7.2k -> 4.6k cycles a block).
   __syncthreads();
+  AXIAL_PHASE(6);  // ("setup": the first requests, the offsets' divisions and this barrier)
   // Phase 1: q/k/v of every token of the group (padding rows are zero, so masked keys are finite).
 #if AXIAL_FUSED_SHORT_BLOCK
   const bool short_block = rows <= BM / 2;  // (block-uniform)
@@ -691,8 +692,9 @@ __global__ void __launch_bounds__(Tr::THREADS) fused_pass_kernel(const __grid_co
   }
 #ifdef AXIAL_FUSED_PHASE_CLOCK
   if (blockIdx.x < 2 && (threadIdx.x & 31) == 0 && warp < 2)  // (warp 1: the second row group)
-    printf("fused clocks block %d warp %d: ln %lld qkv %lld pre-attention %lld attention %lld sync %lld out %lld\n",
-           int(blockIdx.x), warp, phase_[0], phase_[1], phase_[5], phase_[2], phase_[3], phase_[4]);
+    printf("fused clocks block %d warp %d: setup %lld ln %lld qkv %lld pre-attention %lld attention %lld sync %lld "
+           "out %lld\n",
+           int(blockIdx.x), warp, phase_[6], phase_[0], phase_[1], phase_[5], phase_[2], phase_[3], phase_[4]);
 #endif
 }
 
