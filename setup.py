@@ -7,8 +7,8 @@ Install-time options (environment variables):
   AXIAL_FUSED_NO_CUDA  "1": build without the CUDA extension, the PyTorch reference path only (for a
                        machine without a CUDA toolkit; the package says so at import and in
                        `python -m axial_fused.info`). Without it, a missing toolkit stops the build.
-  AXIAL_FUSED_NVCC_FLAGS  extra nvcc flags, for kernel experiments (e.g. "-DAXIAL_FUSED_PHASE_CLOCK":
-                       the Hopper fused kernel prints per-phase clock counts of its first blocks)
+  AXIAL_FUSED_NVCC_FLAGS  extra nvcc flags (e.g. "-DAXIAL_FUSED_PHASE_CLOCK", the one instrumentation switch:
+                       the kernels' first blocks print per-phase clock counts)
   MAX_JOBS             parallel compile jobs (ninja)
   CUDA_HOME            the CUDA toolkit root (the folder holding bin/nvcc and lib/)
 
@@ -108,7 +108,7 @@ def cuda_extension(torch):
     link = _shared_cxx_runtime()
     return CUDAExtension(
         name="axial_fused._C",
-        sources=["csrc/binding.cpp"] + kernel_files,
+        sources=["csrc/ops.cpp", "csrc/pass.cpp"] + kernel_files,
         include_dirs=[str(ROOT / "include"), str(gen_dir)],
         extra_compile_args={
             "cxx": ["-O3", "-std=c++20"] + defines,

@@ -29,7 +29,7 @@ if [[ $what == validate ]]; then
   python3 -m axial_fused.bench --shapes odd,latent,vision,seed,seed_fp32,msa,esm --json "$OUT/bench.json" \
     --png "$OUT/bench.png" > "$OUT/bench.txt" 2>&1
   tail -12 "$OUT/bench.txt"
-  python3 scripts/kernel_times.py msa esm 2>&1 | grep -E "total|launch"
+  python3 scripts/dev/kernel_times.py msa esm 2>&1 | grep -E "total|launch"
   # Both end by VALIDATE_DEADLINE (default 560 s after the start: the device tool stops a call at
   # 600), so their logs come back even when the suite is cut short; pytest's log then shows how far
   # it got (run the rest with `test` in a second call).

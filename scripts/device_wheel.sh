@@ -7,8 +7,7 @@
 #        the arch mismatch (fallback_reason, axial_fused.info, strict=True raises it).
 # Usage (device tool, repo root):  bash scripts/device_wheel.sh [pytest args...]
 # Env: TEST_FILES="a.py b.py" (one pytest per file; none started after TEST_DEADLINE s, all stopped at TEST_END s), WHEEL_ARCH_CHECK=0 (skip step 5),
-#      DIAG=1 (run scripts/diag_errors.py against the wheel), HARDEN=1 (scripts/harden_device.sh on
-#      the wheel, alongside the tests; HARDEN_BUDGET s), AXIAL_FUSED_SPECS (default set).
+#      DIAG=1 (run scripts/dev/diag_errors.py against the wheel), AXIAL_FUSED_SPECS (default set).
 # Logs under $OUT (./device_out when unset); summary.txt there, and the last lines printed.
 set -uo pipefail
 OUT=${OUT:-$PWD/device_out}; mkdir -p "$OUT"
@@ -72,18 +71,12 @@ fresh_venv "$WORK/venv" "$wheel"
 cd "$WORK/run"
 "$WORK/venv/bin/python" -m axial_fused.info 2>&1 | tee "$OUT/info.log"
 if [[ ${DIAG:-0} == 1 ]]; then  # each bad op call in its own process: how it ends (raise or crash)
-  "$WORK/venv/bin/python" "$ROOT/scripts/diag_errors.py" --gdb > "$OUT/diag_errors.log" 2>&1
+  "$WORK/venv/bin/python" "$ROOT/scripts/dev/diag_errors.py" --gdb > "$OUT/diag_errors.log" 2>&1
   summary "diag_errors (installed wheel): rc=$?"; head -60 "$OUT/diag_errors.log"
 fi
 
 # 4. the tests against the installed wheel (AXIAL_FUSED_EXPECT_EXT=1: a binary that fails to load fails).
-# HARDEN=1: scripts/harden_device.sh (fuzz, soak, compute-sanitizer) runs alongside, on the same wheel.
 start=$(date +%s)
-if [[ ${HARDEN:-0} == 1 ]]; then
-  (cd "$ROOT" && PATH="$WORK/venv/bin:$PATH" AXIAL_FUSED_INSTALLED=1 HARDEN_SKIP_PYTEST=1 OUT="$OUT/harden" \
-     bash scripts/harden_device.sh > "$OUT/harden.log" 2>&1) &
-  harden_pid=$!
-fi
 if [[ -n ${TEST_FILES:-} ]]; then
   # One pytest process per file, in the given order (a crash in one file does not hide the others),
   # none started after TEST_DEADLINE seconds.
@@ -104,11 +97,6 @@ else
   summary "tests (installed wheel, run from $WORK/run): rc=$test_rc in $(( $(date +%s) - start )) s: $(tail -1 "$OUT/pytest.log")"
 fi
 
-if [[ ${HARDEN:-0} == 1 ]]; then
-  wait "$harden_pid"; harden_rc=$?
-  summary "harden (installed wheel, alongside the tests): rc=$harden_rc"; tail -8 "$OUT/harden.log"
-  (( harden_rc == 0 )) || test_rc=1
-fi
 
 # 5. an arch that was not compiled: a minimal sm_80-only wheel on this GPU (WHEEL_ARCH_CHECK=0 skips it)
 [[ ${WHEEL_ARCH_CHECK:-1} == 1 ]] || { rm -rf "$WORK"; exit $test_rc; }

@@ -35,8 +35,8 @@ HOPPER_FUSED = 2  # 16-bit only, and only where the binary has sm_90a code for a
 def weights(dtype, dim, heads):
     g = torch.Generator().manual_seed(dim + heads)
     # Every value is made on the CPU and copied: the kernel filter leaves PyTorch's kernels
-    # uninstrumented, so initcheck would not see their writes. (Session 3's `r(dim) + 1`, an add on
-    # the GPU, made the LayerNorm weight look uninitialised: 20 false reports on its first read.)
+    # uninstrumented, so initcheck would not see their writes (an add on the GPU would make the
+    # LayerNorm weight look uninitialised).
     r = lambda *s, shift=0.0: (torch.randn(*s, generator=g) * dim ** -0.5 + shift).to(dtype).cuda()
     pw = lambda: af.PassWeights(r(dim, shift=1.0), r(dim), r(3 * dim, dim), r(dim, dim), r(dim))
     return af.AxialWeights.create(pw(), pw(), heads)
@@ -67,7 +67,7 @@ def main() -> int:
                             out = af.axial_attention(x, w, strict=True)
                         # Checked on a host copy: a GPU-side isfinite().all() is a PyTorch kernel that
                         # initcheck does not see (the filter), so reading its result back looked like an
-                        # uninitialised cudaMemcpy source (session 4: 28 reports, one per call). Copying
+                        # uninitialised cudaMemcpy source (one report per call). Copying
                         # `out` itself makes initcheck confirm that our kernels wrote every element.
                         host = out.cpu()
                         calls += 1

@@ -157,7 +157,7 @@ def test_short_blocks_every_spec(dt, dim, heads):
     """The fused path forced on every spec with blocks of at most 32 tokens on both axes (half a
     64-row tile or less): 32-token sequences as seed's, 16 < L < 32, L <= 16, and blocks packing two
     sequences of 16 or 5 tokens (288 / 300 sequences on 132 SMs), where the row groups past the
-    tokens have no rows (the short-block form, the default since session 19, re-maps the warps)."""
+    tokens have no rows (the short-block form re-maps the warps)."""
     dtype = DTYPES[dt]
     w = make_weights(dim, heads, dtype, "cuda", seed=7 * dim + heads)
     for B, H, W in [(2, 32, 29), (3, 13, 20), (18, 16, 16), (60, 5, 5)]:

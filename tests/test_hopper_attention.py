@@ -9,8 +9,6 @@ tests/test_gpu.py (strict=True, NaN-poisoned allocator, float64 reference).
 """
 from __future__ import annotations
 
-import contextlib
-
 import pytest
 import torch
 
@@ -28,15 +26,6 @@ def served_specs():
 
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not hopper_ready(), reason="needs sm_90a code on a 9.0 GPU")]
-
-
-@contextlib.contextmanager
-def hopper_attention(on: bool):
-    _ext.C.set_hopper_attention(on)
-    try:
-        yield
-    finally:
-        _ext.C.set_hopper_attention(True)
 
 
 # (B, H, W): the row pass has length W, the column pass H. Lengths: 1, 7 (one short tile), 64 and 128
@@ -93,10 +82,9 @@ def test_nan_inf_stay_in_their_sequence(case, bad, which):
 @pytest.mark.parametrize("head_dim", [32, 64])
 def test_it_is_what_runs(head_dim, pick):
     """A pass longer than 128 runs the Hopper attention kernel after the LN+QKV kernel (its output
-    projection by tensor-map copies, attn_sm90_otma_kernel, at D <= 256, where that measured faster;
-    at D >= 512 the split pass: attn_sm90_split_kernel, then the projection's GEMM,
-    out_gemm_sm90_kernel); switched off, the mma.sync attention kernel runs instead, with the same
-    result within tolerance. Both the smallest and the largest D of each head_dim."""
+    projection by tensor-map copies, attn_sm90_otma_kernel, at D <= 256; at D >= 512 the split pass:
+    attn_sm90_split_kernel, then the projection's GEMM, out_gemm_sm90_kernel), and no mma.sync
+    attention kernel. Both the smallest and the largest D of each head_dim."""
     w, dim, dtype = first_served(head_dim, seed=5, pick=pick)
     x = rand_x((1, 3, 200, dim), dtype, "cuda", seed=6)
     want = ["attn_sm90_otma_kernel"] if dim <= 256 else ["attn_sm90_split_kernel", "out_gemm_sm90_kernel"]
@@ -106,11 +94,6 @@ def test_it_is_what_runs(head_dim, pick):
         names = kernels_launched(lambda: run(x, w, "pass", "row"))
         for k in want:
             assert any(k in n for n in names), (k, names)
-        with hopper_attention(False):
-            names = kernels_launched(lambda: run(x, w, "pass", "row"))
-            assert not any("attn_sm90_" in n for n in names), names
-            assert any("attn_out_kernel" in n for n in names), names
-    with hopper_attention(False), tf32(False):
-        check(x, w)
+        assert not any("attn_out_kernel" in n for n in names), names
     with tf32(False):
         check(x, w)

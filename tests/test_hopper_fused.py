@@ -78,24 +78,25 @@ def test_nan_inf_stay_in_their_sequence(case, bad):
     check_nonfinite_isolated(case, bad, w, dim, dtype, HOPPER_FUSED)
 
 
-@pytest.mark.parametrize("waves", [True, False], ids=["waves", "older_rule"])
+def planned_per_block(dt: str, dim: int, heads: int, num_seq: int, length: int) -> int:
+    """Sequences per block the planner gives the Hopper fused kernel on this GPU."""
+    props = torch.cuda.get_device_properties(0)
+    optin = _ext.C.device_smem_optin(0)
+    return _ext.C.plan(dt, dim, heads, num_seq, length, False, 90, True, props.multi_processor_count, optin,
+                       HOPPER_FUSED)[1]
+
+
 @pytest.mark.parametrize("B,H,W", [(2, 56, 100), (2, 40, 70)], ids=lambda v: str(v))
-def test_packing_by_waves(B, H, W, waves):
-    """Packing by whole waves (the default since session 15) and the older rule it replaced
-    (set_hopper_pack_waves(False)), at shapes where they differ (odd's column pass on 132 SMs: two
-    sequences of 56 tokens a block in one wave, against one a block in two waves): both match float64."""
+def test_packing_by_waves(B, H, W):
+    """The column pass packs sequences by whole waves (odd's column pass on 132 SMs: two sequences of
+    56 tokens a block in one wave, rather than one a block in two): the packed blocks match float64."""
     w, dim, dtype = first_spec(seed=21)
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    if _ext.C.sequences_per_block(B * W, H, sms, 128, True) == _ext.C.sequences_per_block(B * W, H, sms, 128, False):
-        pytest.skip(f"the two packing rules agree on this GPU's {sms} SMs")
+    dt = {v: k for k, v in DTYPES.items()}[dtype]
+    assert planned_per_block(dt, dim, dim // 32, B * W, H) >= 2
     x = rand_x((B, H, W, dim), dtype, "cuda", seed=22)
-    _ext.C.set_hopper_pack_waves(waves)
-    try:
-        with force_path(HOPPER_FUSED), tf32(False):
-            check(x, w)
-            check(x, w, fn="pass", axis="col")
-    finally:
-        _ext.C.set_hopper_pack_waves(True)
+    with force_path(HOPPER_FUSED), tf32(False):
+        check(x, w)
+        check(x, w, fn="pass", axis="col")
 
 
 def kernels_launched(fn) -> list[str]:
@@ -123,29 +124,22 @@ def test_automatic_choice(B, H, W, hopper):
 
 @pytest.mark.parametrize("dt,dim,heads", hopper_specs(), ids=lambda v: str(v))
 def test_two_kernel_path_past_one_wave_at_small_dim(dt, dim, heads):
-    """set_hopper_two_kernel_max_dim(128) (session 15; the default since session 16, when this test
-    passed on the device): at D = 128 a pass the Hopper fused kernel would run in more than one wave of blocks
-    goes to the two-kernel path (vision's grid: 256 blocks of two 64-token sequences on 132 SMs),
-    which measured faster there; at D = 64 and D >= 192 it stays on the fused kernel, and so does
-    every D with the setting at 0. Both choices match float64."""
+    """At D = 128 a pass the Hopper fused kernel would run in more than one wave of blocks goes to the
+    two-kernel path (vision's grid: 256 blocks of two 64-token sequences on 132 SMs); at D >= 192 it
+    stays on the fused kernel. Both choices match float64."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     B, H, W = sms // 32 + 1, 64, 64  # B * 64 sequences of 64 a pass, packed 2 a block: more than one wave
-    assert -(-B * H // _ext.C.sequences_per_block(B * H, W, sms, 128, True)) > sms
+    assert -(-B * H // planned_per_block(dt, dim, heads, B * H, W)) > sms
     w = make_weights(dim, heads, DTYPES[dt], "cuda", seed=23)
     x = rand_x((B, H, W, dim), DTYPES[dt], "cuda", seed=24)
-    default = _ext.C.set_hopper_two_kernel_max_dim(0)
-    try:
-        for max_dim, fused in ((128, not 64 < dim <= 128), (0, True)):
-            _ext.C.set_hopper_two_kernel_max_dim(max_dim)
-            with torch.inference_mode():
-                for axis in ("row", "col"):
-                    names = kernels_launched(lambda: run(x, w, "pass", axis))
-                    assert any("fused_sm90_kernel" in n for n in names) == fused, (axis, max_dim, names)
-                    assert any("attn_sm90" in n for n in names) == (not fused), (axis, max_dim, names)
-            with tf32(False):
-                check(x, w)
-    finally:
-        _ext.C.set_hopper_two_kernel_max_dim(default)
+    fused = not 64 < dim <= 128
+    with torch.inference_mode():
+        for axis in ("row", "col"):
+            names = kernels_launched(lambda: run(x, w, "pass", axis))
+            assert any("fused_sm90_kernel" in n for n in names) == fused, (axis, names)
+            assert any("attn_sm90" in n for n in names) == (not fused), (axis, names)
+    with tf32(False):
+        check(x, w)
 
 
 def test_forcing_it_where_it_cannot_run_is_an_error():

@@ -233,7 +233,7 @@ def _setup_module():
                     reason="needs Linux, g++ and readelf")
 def test_link_flags_keep_libstdcxx_shared_behind_a_static_only_folder(tmp_path, monkeypatch):
     """The GPU machine's g++ is a wrapper that adds `-B <folder holding libstdc++.a only>`: a plain
-    -lstdc++ then links the C++ runtime statically (the crash of session 3). Rebuild that situation
+    -lstdc++ then links the C++ runtime statically (docs/design.md, Packaging). Rebuild that situation
     with the local g++ and check the flags setup.py chooses keep libstdc++.so.6 as a dependency."""
     static = subprocess.run(["g++", "-print-file-name=libstdc++.a"], capture_output=True, text=True).stdout.strip()
     if not os.path.isabs(static):

@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.gpu,
                                  reason="needs a CUDA device and the compiled extension")]
 
 # Fuzzer configurations that once failed, as (seed, index) of scripts/fuzz.py: rerun forever.
-# Seed 0 on the H200, 2026-11-29 (session 3), one per cause:
+# Seed 0 on the H200, one per cause:
 #   1, 64, 84, 88: x 4 bytes past a 16-byte boundary ("offset2") on the Hopper two-kernel path, whose
 #                  16-byte cp.async rounded the address down (wrong tokens; the op now copies such x);
 #   20, 43: B = 0 in 16-bit on the reference path (torch's CUDA SDPA returned None);

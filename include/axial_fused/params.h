@@ -16,7 +16,7 @@ enum MathMode : int { kExactFp32 = 0, kTf32 = 1 };
 enum PassPath : int {
   kPathFused = 0,     // one kernel: a group of whole sequences per block, q/k/v in shared memory
   kPathTwoKernel = 1,  // LN+QKV kernel -> q/k/v scratch in global memory -> attention+out-proj kernel
-  kPathFusedSm90 = 2   // Hopper, 16-bit, head_dim 32, even heads, D <= 256, 32 <= L <= 128: head-looped wgmma kernel
+  kPathFusedSm90 = 2   // Hopper, 16-bit, head_dim 32, even heads, D <= 256, L <= 128: head-looped wgmma kernel
 };
 
 struct PassParams {
@@ -46,7 +46,6 @@ struct PassParams {
   int math;       // MathMode (float32 only)
   int group;      // fused path: sequences per block
   void* scratch;  // two-kernel path: q/k/v, [S * L, 3D] elements of the input dtype
-  int attn_sm90;  // two-kernel path on Hopper: 1 runs its second kernel on attn_sm90_kernel where that serves
 };
 
 // What each compiled specialization exports to the dispatcher (one per generated kernels/*.cu).

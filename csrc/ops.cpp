@@ -1,0 +1,356 @@
+// The operators torch.ops.axial_fused.axial_pass / axial_attention: argument checks, the CUDA, Meta,
+// Autograd and AutocastCUDA kernels and their registration, and the Python module axial_fused._C.
+// Planning and launch are csrc/pass.cpp's.
+#include <ATen/autocast_mode.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+#include <cmath>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "pass.h"
+
+namespace axial_fused {
+namespace {
+
+
+// The checks every entry point makes first (the meta, CUDA and autograd kernels alike).
+void check_rank(const at::Tensor& x) {
+  TORCH_CHECK_VALUE(x.dim() == 4, "axial_fused: x must be [B, H, W, D], got ", x.dim(), " dimensions");
+}
+void check_axis(int64_t axis) {
+  TORCH_CHECK_VALUE(axis == 0 || axis == 1, "axial_fused: axis must be 0 (row) or 1 (col), got ", axis);
+}
+void check_heads(int64_t D, int64_t num_heads) {
+  TORCH_CHECK_VALUE(num_heads > 0 && D % num_heads == 0, "axial_fused: D = ", D, " is not divisible by num_heads = ",
+                    num_heads);
+}
+
+// The argument checks. check_shapes needs only sizes, dtypes and devices, so the Meta (shape-only)
+// kernels run it too and a bad call fails when traced, not only when it reaches the GPU;
+// check_inputs adds what only the CUDA kernel needs (layout, alignment, a compiled specialization).
+// Errors: TypeError (TORCH_CHECK_TYPE) for dtypes, ValueError (TORCH_CHECK_VALUE) for the rest,
+// each naming the argument, what was given and what is supported (docs/errors.md).
+// `name` is called only to build a failure's message (no string work on the hot path).
+template <class Name>
+void check_weight(const at::Tensor& w, const at::Tensor& x, Name&& name, std::initializer_list<int64_t> shape) {
+  TORCH_CHECK_VALUE(w.defined(), "axial_fused: ", name(), " is missing (None); expected a tensor of shape ",
+                    at::IntArrayRef(shape));
+  TORCH_CHECK_VALUE(w.sizes().equals(shape), "axial_fused: ", name(), " has shape ", w.sizes(), ", expected ",
+                    at::IntArrayRef(shape), " for D = ", x.size(3));
+  TORCH_CHECK_TYPE(w.scalar_type() == x.scalar_type(), "axial_fused: ", name(), " is ", w.scalar_type(),
+                   " but x is ", x.scalar_type(), "; x and the weights must share one dtype");
+  TORCH_CHECK_VALUE(w.device() == x.device(), "axial_fused: ", name(), " is on ", w.device(), " but x is on ",
+                    x.device());
+}
+
+// The kernels read x in place when its feature stride is 1, its other strides and its pointer are
+// multiples of 16 bytes (the Hopper LN+QKV kernel loads x rows with 16-byte cp.async, which silently
+// rounds a misaligned address down: a pointer 4 bytes past a 16-byte boundary read the wrong tokens),
+// and they read weights that are contiguous and 16-byte aligned. Any other layout (an odd slice, a
+// view a few elements into a buffer, a transposed weight view) is copied once into a fresh
+// caching-allocator block, which meets both. Doing this here rather than falling back in Python
+// keeps the Python decision free of data_ptr() reads, which torch.compile / torch.export cannot
+// make on fake tensors, and one copy is far cheaper than the reference path.
+bool readable_in_place(const at::Tensor& x) {
+  const int64_t es = x.element_size();
+  return x.stride(3) == 1 && (x.stride(0) * es) % 16 == 0 && (x.stride(1) * es) % 16 == 0 &&
+         (x.stride(2) * es) % 16 == 0 && reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0;
+}
+
+at::Tensor packed_x(const at::Tensor& x) {
+  return readable_in_place(x) ? x : x.clone(at::MemoryFormat::Contiguous);
+}
+
+at::Tensor packed_weight(const at::Tensor& w) {
+  const bool ok = w.is_contiguous() && reinterpret_cast<uintptr_t>(w.data_ptr()) % 16 == 0;
+  return ok ? w : w.clone(at::MemoryFormat::Contiguous);
+}
+
+PassWeights packed(const PassWeights& w) {
+  return {packed_weight(w.norm_w), packed_weight(w.norm_b), packed_weight(w.qkv_w), packed_weight(w.out_w),
+          packed_weight(w.out_b)};
+}
+
+
+constexpr const char* kFields[] = {"norm_weight", "norm_bias", "qkv_weight", "out_weight", "out_bias"};
+
+std::string weight_name(size_t pass, size_t num_passes, int field) {
+  return std::string(num_passes == 2 ? (pass == 0 ? "row_" : "col_") : "") + kFields[field];
+}
+
+void check_shapes(const at::Tensor& x, int64_t num_heads, double eps, const std::vector<PassWeights>& passes) {
+  TORCH_CHECK_VALUE(x.defined(), "axial_fused: x is missing (None)");
+  check_rank(x);
+  TORCH_CHECK_TYPE(dtype_code(x.scalar_type()) >= 0, "axial_fused: x is ", x.scalar_type(),
+                   "; supported: float32, float16, bfloat16");
+  const int64_t D = x.size(3);
+  check_heads(D, num_heads);
+  TORCH_CHECK_VALUE(std::isfinite(eps) && eps > 0, "axial_fused: eps must be a positive finite number, got ", eps);
+  for (size_t i = 0; i < passes.size(); ++i) {
+    const PassWeights& pw = passes[i];
+    const at::Tensor* ws[] = {&pw.norm_w, &pw.norm_b, &pw.qkv_w, &pw.out_w, &pw.out_b};
+    for (int f = 0; f < 5; ++f) {
+      const auto name = [&] { return weight_name(i, passes.size(), f); };
+      if (f == 2) check_weight(*ws[f], x, name, {3 * D, D});
+      else if (f == 3) check_weight(*ws[f], x, name, {D, D});
+      else check_weight(*ws[f], x, name, {D});
+    }
+  }
+  TORCH_CHECK_VALUE(x.size(1) >= 1 && x.size(2) >= 1, "axial_fused: H and W must be at least 1, got x of shape ",
+                    x.sizes());
+  // Offsets are 64-bit throughout; these bounds keep the kernels' 32-bit per-block token counts valid.
+  TORCH_CHECK_VALUE(x.size(1) * x.size(2) < (1LL << 31) && x.size(1) <= (1 << 24) && x.size(2) <= (1 << 24),
+                    "axial_fused: x of shape ", x.sizes(), " is too large: H * W must be below 2^31 and H, W at most 2^24");
+}
+
+// check_shapes plus what only the CUDA kernel needs: x on a CUDA device and a compiled specialization.
+// Layouts the kernels cannot read in place are copied by packed_x / packed (above), not rejected.
+const SpecInfo* check_inputs(const at::Tensor& x, int64_t num_heads, double eps, const std::vector<PassWeights>& passes) {
+  check_shapes(x, num_heads, eps, passes);
+  TORCH_CHECK_VALUE(x.is_cuda(), "axial_fused: the CUDA kernel got x on ", x.device());
+  const SpecInfo* spec = find_spec(dtype_code(x.scalar_type()), x.size(3), num_heads);
+  TORCH_CHECK_VALUE(spec != nullptr, "axial_fused: no compiled specialization for dtype ", x.scalar_type(), ", dim ",
+                    x.size(3), ", heads ", num_heads, " (see axial_fused.supported_configs())");
+  return spec;
+}
+
+
+at::Tensor axial_pass_cuda(const at::Tensor& x, const at::Tensor& norm_w, const at::Tensor& norm_b,
+                           const at::Tensor& qkv_w, const at::Tensor& out_w, const at::Tensor& out_b, int64_t num_heads,
+                           int64_t axis, double eps) {
+  check_axis(axis);
+  const PassWeights w{norm_w, norm_b, qkv_w, out_w, out_b};
+  const SpecInfo* spec = check_inputs(x, num_heads, eps, {w});
+  const c10::cuda::CUDAGuard guard(x.device());
+  at::Tensor out = at::empty(x.sizes(), x.options());
+  run_pass(spec, packed_x(x), out, packed(w), axis, eps);
+  return out;
+}
+
+at::Tensor axial_attention_cuda(const at::Tensor& x, const at::Tensor& rnw, const at::Tensor& rnb,
+                                const at::Tensor& rqkv, const at::Tensor& row, const at::Tensor& rob,
+                                const at::Tensor& cnw, const at::Tensor& cnb, const at::Tensor& cqkv,
+                                const at::Tensor& cow, const at::Tensor& cob, int64_t num_heads, double eps) {
+  const PassWeights row_w{rnw, rnb, rqkv, row, rob}, col_w{cnw, cnb, cqkv, cow, cob};
+  const SpecInfo* spec = check_inputs(x, num_heads, eps, {row_w, col_w});
+  const c10::cuda::CUDAGuard guard(x.device());
+  at::Tensor out = at::empty(x.sizes(), x.options());
+  run_pass(spec, packed_x(x), out, packed(row_w), 0, eps);
+  run_pass(spec, out, out, packed(col_w), 1, eps);  // in place: each element is read before it is written
+  return out;
+}
+
+// Shape-only implementations (meta / fake tensors): a new contiguous tensor like x. With concrete
+// sizes they run the same shape/dtype/device checks as the CUDA kernel (symbolic sizes, as under
+// torch.compile with dynamic shapes, skip them: reading them would add guards).
+bool concrete(std::initializer_list<const at::Tensor*> ts) {
+  for (const at::Tensor* t : ts)
+    if (t->defined() && t->unsafeGetTensorImpl()->has_symbolic_sizes_strides()) return false;
+  return true;
+}
+at::Tensor axial_pass_meta(const at::Tensor& x, const at::Tensor& nw, const at::Tensor& nb, const at::Tensor& qkv,
+                           const at::Tensor& ow, const at::Tensor& ob, int64_t num_heads, int64_t axis, double eps) {
+  check_rank(x);
+  check_axis(axis);
+  if (concrete({&x, &nw, &nb, &qkv, &ow, &ob})) check_shapes(x, num_heads, eps, {PassWeights{nw, nb, qkv, ow, ob}});
+  return at::empty_symint(x.sym_sizes(), x.options());
+}
+at::Tensor axial_attention_meta(const at::Tensor& x, const at::Tensor& rnw, const at::Tensor& rnb,
+                                const at::Tensor& rqkv, const at::Tensor& row, const at::Tensor& rob,
+                                const at::Tensor& cnw, const at::Tensor& cnb, const at::Tensor& cqkv,
+                                const at::Tensor& cow, const at::Tensor& cob, int64_t num_heads, double eps) {
+  check_rank(x);
+  if (concrete({&x, &rnw, &rnb, &rqkv, &row, &rob, &cnw, &cnb, &cqkv, &cow, &cob}))
+    check_shapes(x, num_heads, eps, {PassWeights{rnw, rnb, rqkv, row, rob}, PassWeights{cnw, cnb, cqkv, cow, cob}});
+  return at::empty_symint(x.sym_sizes(), x.options());
+}
+
+// ---- Autograd: with gradients required, the reference math in ATen ops ---------------------------
+// The kernels are inference-only. When grad mode is on and an input requires grad, the Autograd
+// kernel computes the pass with differentiable ATen ops (the same formula as
+// axial_fused.reference.reference_pass), so a direct torch.ops call trains correctly on any device;
+// otherwise it hands the call to the kernel below autograd. Returns a contiguous tensor, like the kernel.
+at::Tensor reference_pass(const at::Tensor& x, const PassWeights& w, int64_t heads, int64_t axis, double eps) {
+  check_rank(x);
+  check_heads(x.size(3), heads);
+  const at::Tensor xs = axis == 0 ? x : x.transpose(1, 2);  // sequences along dim 2
+  const c10::SymInt B = xs.sym_size(0), S = xs.sym_size(1), L = xs.sym_size(2), D = xs.sym_size(3);
+  const at::Tensor h = at::layer_norm_symint(xs, {D}, w.norm_w, w.norm_b, eps);
+  const at::Tensor qkv = at::linear(h, w.qkv_w).reshape_symint({B * S, L, 3, heads, D / heads}).permute({2, 0, 3, 1, 4});
+  const at::Tensor q = qkv[0], k = qkv[1], v = qkv[2];
+  // No sequences: torch 2.11's CUDA SDPA returns an undefined tensor for them in 16-bit dtypes, so
+  // the empty product (and its autograd graph) comes from plain matmuls.
+  const at::Tensor attn = q.sym_numel() == 0 ? at::matmul(at::matmul(q, k.transpose(-2, -1)), v)
+                                             : at::scaled_dot_product_attention(q, k, v);
+  const at::Tensor o = attn.transpose(1, 2).reshape_symint({B, S, L, D});
+  const at::Tensor out = xs + at::linear(o, w.out_w, w.out_b);
+  return (axis == 0 ? out : out.transpose(1, 2)).contiguous();
+}
+
+bool grad_required(const at::Tensor& x, std::initializer_list<const PassWeights*> passes) {
+  if (!at::GradMode::is_enabled()) return false;
+  // A missing (None) tensor is undefined: asking it requires_grad() would dereference nothing. The
+  // kernel below reports it by name.
+  bool any = x.defined() && x.requires_grad();
+  for (const PassWeights* w : passes)
+    for (const at::Tensor* t : {&w->norm_w, &w->norm_b, &w->qkv_w, &w->out_w, &w->out_b})
+      any |= t->defined() && t->requires_grad();
+  return any;
+}
+
+template <typename Fn>
+c10::TypedOperatorHandle<Fn> op_handle(const char* name) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Fn>();
+}
+
+at::Tensor axial_pass_autograd(const at::Tensor& x, const at::Tensor& norm_w, const at::Tensor& norm_b,
+                               const at::Tensor& qkv_w, const at::Tensor& out_w, const at::Tensor& out_b,
+                               int64_t num_heads, int64_t axis, double eps) {
+  const PassWeights w{norm_w, norm_b, qkv_w, out_w, out_b};
+  if (grad_required(x, {&w})) {
+    check_axis(axis);
+    return reference_pass(x, w, num_heads, axis, eps);
+  }
+  static const auto op = op_handle<decltype(axial_pass_cuda)>("axial_fused::axial_pass");
+  const at::AutoDispatchBelowADInplaceOrView below_autograd;
+  return op.call(x, norm_w, norm_b, qkv_w, out_w, out_b, num_heads, axis, eps);
+}
+
+at::Tensor axial_attention_autograd(const at::Tensor& x, const at::Tensor& rnw, const at::Tensor& rnb,
+                                    const at::Tensor& rqkv, const at::Tensor& row, const at::Tensor& rob,
+                                    const at::Tensor& cnw, const at::Tensor& cnb, const at::Tensor& cqkv,
+                                    const at::Tensor& cow, const at::Tensor& cob, int64_t num_heads, double eps) {
+  const PassWeights row_w{rnw, rnb, rqkv, row, rob}, col_w{cnw, cnb, cqkv, cow, cob};
+  if (grad_required(x, {&row_w, &col_w}))
+    return reference_pass(reference_pass(x, row_w, num_heads, 0, eps), col_w, num_heads, 1, eps);
+  static const auto op = op_handle<decltype(axial_attention_cuda)>("axial_fused::axial_attention");
+  const at::AutoDispatchBelowADInplaceOrView below_autograd;
+  return op.call(x, rnw, rnb, rqkv, row, rob, cnw, cnb, cqkv, cow, cob, num_heads, eps);
+}
+
+// ---- Autocast (CUDA): the kernel of the autocast dtype, like nn.Linear -------------------------
+// Under torch.autocast("cuda", dtype=bf16) x and the weights are cast to bf16 (weights through
+// autocast's per-region cache, as nn.Linear's are) and the bf16 kernel runs. The result has the
+// dtype the reference model returns under autocast: its residual add x + linear(...) promotes
+// x's dtype with the autocast dtype (float32 x -> float32 out, bfloat16 x -> bfloat16 out).
+at::Tensor autocast_cast(const at::Tensor& t) {
+  return at::autocast::cached_cast(at::autocast::get_autocast_dtype(at::kCUDA), t, c10::DeviceType::CUDA);
+}
+
+at::ScalarType autocast_result_type(const at::Tensor& x) {
+  return at::promote_types(x.scalar_type(), at::autocast::get_autocast_dtype(at::kCUDA));
+}
+
+at::Tensor axial_pass_autocast(const at::Tensor& x, const at::Tensor& norm_w, const at::Tensor& norm_b,
+                               const at::Tensor& qkv_w, const at::Tensor& out_w, const at::Tensor& out_b,
+                               int64_t num_heads, int64_t axis, double eps) {
+  const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::DispatchKey::AutocastCUDA);
+  static const auto op = op_handle<decltype(axial_pass_cuda)>("axial_fused::axial_pass");
+  const at::Tensor out = op.call(autocast_cast(x), autocast_cast(norm_w), autocast_cast(norm_b), autocast_cast(qkv_w),
+                                 autocast_cast(out_w), autocast_cast(out_b), num_heads, axis, eps);
+  return out.to(autocast_result_type(x));
+}
+
+at::Tensor axial_attention_autocast(const at::Tensor& x, const at::Tensor& rnw, const at::Tensor& rnb,
+                                    const at::Tensor& rqkv, const at::Tensor& row, const at::Tensor& rob,
+                                    const at::Tensor& cnw, const at::Tensor& cnb, const at::Tensor& cqkv,
+                                    const at::Tensor& cow, const at::Tensor& cob, int64_t num_heads, double eps) {
+  const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::DispatchKey::AutocastCUDA);
+  static const auto op = op_handle<decltype(axial_attention_cuda)>("axial_fused::axial_attention");
+  const at::Tensor out =
+      op.call(autocast_cast(x), autocast_cast(rnw), autocast_cast(rnb), autocast_cast(rqkv), autocast_cast(row),
+              autocast_cast(rob), autocast_cast(cnw), autocast_cast(cnb), autocast_cast(cqkv), autocast_cast(cow),
+              autocast_cast(cob), num_heads, eps);
+  return out.to(autocast_result_type(x));
+}
+
+const char* dtype_name(int d) { return d == kFloat32 ? "float32" : d == kFloat16 ? "float16" : "bfloat16"; }
+
+
+}  // namespace
+
+TORCH_LIBRARY(axial_fused, m) {
+  m.def(
+      "axial_pass(Tensor x, Tensor norm_weight, Tensor norm_bias, Tensor qkv_weight, Tensor out_weight, "
+      "Tensor out_bias, int num_heads, int axis, float eps) -> Tensor");
+  m.def(
+      "axial_attention(Tensor x, Tensor row_norm_weight, Tensor row_norm_bias, Tensor row_qkv_weight, "
+      "Tensor row_out_weight, Tensor row_out_bias, Tensor col_norm_weight, Tensor col_norm_bias, "
+      "Tensor col_qkv_weight, Tensor col_out_weight, Tensor col_out_bias, int num_heads, float eps) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(axial_fused, CUDA, m) {
+  m.impl("axial_pass", &axial_pass_cuda);
+  m.impl("axial_attention", &axial_attention_cuda);
+}
+
+TORCH_LIBRARY_IMPL(axial_fused, Meta, m) {
+  m.impl("axial_pass", &axial_pass_meta);
+  m.impl("axial_attention", &axial_attention_meta);
+}
+
+TORCH_LIBRARY_IMPL(axial_fused, Autograd, m) {
+  m.impl("axial_pass", &axial_pass_autograd);
+  m.impl("axial_attention", &axial_attention_autograd);
+}
+
+TORCH_LIBRARY_IMPL(axial_fused, AutocastCUDA, m) {
+  m.impl("axial_pass", &axial_pass_autocast);
+  m.impl("axial_attention", &axial_attention_autocast);
+}
+
+}  // namespace axial_fused
+
+PYBIND11_MODULE(_C, m) {
+  using namespace axial_fused;
+  m.doc() = "axial_fused CUDA kernels; the operators are torch.ops.axial_fused.*";
+  m.def("compiled_specs", [] {
+    std::vector<std::tuple<std::string, int, int>> out;
+    for (const SpecInfo* s : registry()) out.emplace_back(dtype_name(s->dtype), s->dim, s->heads);
+    return out;
+  }, "(dtype, dim, heads) of every compiled specialization");
+  m.def("specs_option", [] { return std::string(AXIAL_FUSED_SPECS_OPTION); }, "AXIAL_FUSED_SPECS at build time");
+  m.def("compiled_archs", [] { return std::string(AXIAL_FUSED_ARCH_LIST); }, "the arch list this binary was built for");
+  m.def("build_info", [] {
+    return std::make_tuple(std::string(AXIAL_FUSED_TORCH_VERSION), int(CUDART_VERSION));
+  }, "(torch version, CUDA runtime version) at build time");
+  m.def("device_kernel_error", [](int device) {
+    // "" when this binary holds code the device can run, else CUDA's reason (no kernel image...).
+    if (registry().empty()) return std::string("no specialization compiled");
+    const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+    const cudaError_t e = registry().front()->probe();
+    if (e == cudaSuccess) return std::string();
+    cudaGetLastError();  // clear the sticky-free error this query leaves
+    return std::string(cudaGetErrorString(e));
+  });
+  m.def("set_path_override", [](int path) { g_path_override.store(path); },
+        "force a path for tests and benchmarks: -1 automatic, 0 fused, 1 two-kernel, 2 Hopper fused");
+  m.def("plan", [](const std::string& dtype, int dim, int heads, int64_t num_seq, int len, bool tf32, int arch,
+                   bool sm90a, int sms, int smem_optin, int forced) {
+    // The planner's choice for a pass on a described device (no GPU needed): (path, sequences per block).
+    const int dt = dtype == "float32" ? kFloat32 : dtype == "float16" ? kFloat16 : kBFloat16;
+    const SpecInfo* s = find_spec(dt, dim, heads);
+    TORCH_CHECK_VALUE(s != nullptr, "axial_fused: no compiled specialization for ", dtype, ", dim ", dim, ", heads ",
+                      heads);
+    DeviceInfo dev;
+    dev.sms = sms;
+    dev.smem_optin = smem_optin;
+    dev.arch = arch;
+    dev.sm90a = sm90a && arch == 90;
+    const Plan plan = plan_pass(s, num_seq, len, dt == kFloat32 && tf32 ? kTf32 : kExactFp32, dev, forced);
+    return std::make_tuple(plan.path, plan.group);
+  }, "the planner's (path, sequences per block) for a pass of num_seq sequences of len tokens on a device "
+     "described by (arch, sm90a, sms, smem_optin); forced: -1 automatic, else a path, as set_path_override");
+  m.def("device_smem_optin", [](int device) { return device_info(device).smem_optin; });
+  m.def("fits_device", [](const std::string& dtype, int dim, int heads, int device) {
+    // Whether the two-kernel path (the smaller) fits this device's shared memory, in either fp32 mode.
+    const int dt = dtype == "float32" ? kFloat32 : dtype == "float16" ? kFloat16 : kBFloat16;
+    const SpecInfo* s = find_spec(dt, dim, heads);
+    if (s == nullptr) return false;
+    const size_t limit = size_t(device_info(device).smem_optin);
+    return s->two_kernel_smem_bytes(kTf32) <= limit && s->two_kernel_smem_bytes(kExactFp32) <= limit;
+  });
+}

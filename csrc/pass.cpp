@@ -1,0 +1,195 @@
+// Planning and launch: the registry of compiled specializations, the device facts, the planner (which
+// kernels run a pass), and run_pass (the PassParams of the row or column pass, then the launch).
+#include <ATen/Context.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+#include <string>
+
+#include "pass.h"
+
+namespace axial_fused {
+
+#define AXIAL_FUSED_SPEC(dt, d, h) const SpecInfo* spec_##dt##_##d##_##h();
+#include "specs.inc"
+#undef AXIAL_FUSED_SPEC
+
+const std::vector<const SpecInfo*>& registry() {
+  static const std::vector<const SpecInfo*> r = {
+#define AXIAL_FUSED_SPEC(dt, d, h) spec_##dt##_##d##_##h(),
+#include "specs.inc"
+#undef AXIAL_FUSED_SPEC
+  };
+  return r;
+}
+
+int dtype_code(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return kFloat32;
+    case at::kHalf: return kFloat16;
+    case at::kBFloat16: return kBFloat16;
+    default: return -1;
+  }
+}
+
+const SpecInfo* find_spec(int dtype, int64_t dim, int64_t heads) {
+  for (const SpecInfo* s : registry())
+    if (s->dtype == dtype && s->dim == dim && s->heads == heads) return s;
+  return nullptr;
+}
+
+
+bool built_with_sm90a() {
+  return (std::string(";") + AXIAL_FUSED_ARCH_LIST + ";").find(";90a;") != std::string::npos;
+}
+
+const DeviceInfo& device_info(int device) {
+  static std::array<DeviceInfo, 64> infos;
+  static std::array<std::once_flag, 64> once;
+  TORCH_CHECK(device >= 0 && device < 64, "axial_fused: device index ", device, " out of range");
+  std::call_once(once[device], [device] {
+    cudaDeviceProp prop;
+    C10_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+    infos[device].sms = prop.multiProcessorCount;
+    infos[device].smem_optin = int(prop.sharedMemPerBlockOptin);
+    infos[device].arch = prop.major * 10 + prop.minor;
+    infos[device].sm90a = infos[device].arch == 90 && built_with_sm90a();
+  });
+  return infos[device];
+}
+
+std::atomic<int> g_path_override{-1};
+
+namespace {
+
+// ---- the planner ---------------------------------------------------------------------------------
+
+// The Hopper fused kernel (kPathFusedSm90) exists for 16-bit, head_dim 32, an even number of heads
+// and D <= 256 (FusedSm90<T, D, HEADS>::SERVED), for sequences of at most 128 tokens.
+bool hopper_fused_serves(const SpecInfo* spec) {
+  return spec->dtype != kFloat32 && spec->dim / spec->heads == 32 && spec->heads % 2 == 0 && spec->dim <= 256;
+}
+constexpr int kHopperFusedMinLen = 32;      // shorter sequences: the mma.sync kernel's smaller blocks suit them
+constexpr int kHopperFusedRows = 128;       // the Hopper fused kernel's block: 128 token rows
+constexpr int kFusedRows = 64;              // the mma.sync fused kernel packs sequences into 64 rows ...
+constexpr int kFusedMaxRows = 128;          // ... and takes a buffer of at most 128 rows
+constexpr int kHopperTwoKernelMaxDim = 128; // past one wave, the two-kernel path wins at 64 < D <= 128
+
+// Sequences per block of the mma.sync fused kernel: as many as fit in kFusedRows, but no fewer blocks
+// than SMs while there are sequences to spread; 1 for a sequence longer than that.
+int sequences_per_block(int64_t num_seq, int len, int sms) {
+  const int64_t by_sms = num_seq / std::max(sms, 1);
+  return int(std::max<int64_t>(1, std::min<int64_t>(kFusedRows / len, by_sms)));
+}
+
+// Sequences per block of the Hopper fused kernel, by whole waves: its block runs every product and
+// softmax over all 128 rows however many hold tokens, so a block of two packed sequences costs about
+// what a block of one does, and the pass takes (waves of one block per SM) x (one block's time). The
+// fewest waves that 1 to 128 / len sequences a block reach, with the fewest sequences a block that
+// reach them (200 sequences of 56 tokens on 132 SMs: 2 a block in one wave, not 1 in two).
+int sequences_per_block_waves(int64_t num_seq, int len, int sms) {
+  const int cap = std::max(1, kHopperFusedRows / std::max(len, 1));
+  const int64_t per_wave = std::max(sms, 1);
+  auto waves = [&](int g) { return ((num_seq + g - 1) / g + per_wave - 1) / per_wave; };
+  const int64_t fewest = waves(cap);  // (waves(g) never grows with g)
+  int g = 1;
+  while (waves(g) > fewest) ++g;
+  return g;
+}
+
+}  // namespace
+
+// Which path runs a pass of `num_seq` sequences of `len` tokens on `dev`, and how many sequences a
+// block of a fused path takes. The rule, in order (docs/design.md, "The planner"):
+//   0. `forced` >= 0 (tests and benchmarks, set_path_override): that path, or an error saying why it
+//      cannot run here;
+//   1. the Hopper fused kernel where it serves (sm_90a, 16-bit, head_dim 32, even heads, D <= 256)
+//      and 32 <= L <= 128, its blocks packed by whole waves; except at 64 < D <= 128 when that needs
+//      more than one wave of blocks: the two-kernel path, whose time grows with the tokens where a
+//      fused block costs the same however few of its rows hold tokens;
+//   2. the mma.sync fused kernel where its block's sequences fit in shared memory within 128 rows;
+//   3. the two-kernel path (a sequence's queries spread over several blocks, keys streamed).
+Plan plan_pass(const SpecInfo* spec, int64_t num_seq, int len, int math, const DeviceInfo& dev, int forced) {
+  const int align = spec->block_rows(math);
+  const int group = sequences_per_block(num_seq, len, dev.sms);
+  const int64_t rows = (int64_t(group) * len + align - 1) / align * align;
+  const bool fits = rows <= 0x7fffffff && spec->fused_smem_bytes(int(rows), math) <= size_t(dev.smem_optin);
+  const bool hopper_fused = dev.sm90a && hopper_fused_serves(spec) && len <= kHopperFusedRows;
+  if (forced == kPathFusedSm90) {
+    TORCH_CHECK(hopper_fused,
+                "axial_fused: the Hopper fused path was forced but needs sm_90a, float16/bfloat16, head_dim 32, an "
+                "even number of heads, dim <= 256 and length <= 128; got sm_", dev.arch, ", dim ", spec->dim,
+                ", heads ", spec->heads, ", length ", len);
+    return {kPathFusedSm90, sequences_per_block_waves(num_seq, len, dev.sms)};
+  }
+  if (forced == kPathFused) {
+    TORCH_CHECK(fits, "axial_fused: the fused path was forced but ", len, " tokens of dim ", spec->dim,
+                " do not fit in one block's shared memory on this device");
+    return {kPathFused, group};
+  }
+  if (forced == kPathTwoKernel) return {kPathTwoKernel, 1};
+  if (hopper_fused && len >= kHopperFusedMinLen) {
+    const int per_block = sequences_per_block_waves(num_seq, len, dev.sms);
+    const int64_t blocks = (num_seq + per_block - 1) / per_block;
+    const bool past_one_wave = blocks > std::max(dev.sms, 1);
+    if (spec->dim > 64 && spec->dim <= kHopperTwoKernelMaxDim && past_one_wave) return {kPathTwoKernel, 1};
+    return {kPathFusedSm90, per_block};
+  }
+  if (fits && rows <= kFusedMaxRows) return {kPathFused, group};
+  return {kPathTwoKernel, 1};
+}
+
+// ---- one pass: its parameters and its launch ------------------------------------------------------
+
+void run_pass(const SpecInfo* spec, const at::Tensor& in, const at::Tensor& out, const PassWeights& w, int64_t axis,
+              double eps) {
+  const int64_t B = in.size(0), D = in.size(3);  // H, W: checked by check_shapes
+  PassParams p;
+  std::memset(&p, 0, sizeof(p));
+  p.x = in.data_ptr();
+  p.out = out.data_ptr();
+  const int ax_seq = axis == 0 ? 1 : 2, ax_tok = axis == 0 ? 2 : 1;
+  p.num_seq = B * in.size(ax_seq);
+  p.seq_inner = in.size(ax_seq);
+  p.len = int(in.size(ax_tok));
+  p.x_stride_outer = in.stride(0);
+  p.x_stride_inner = in.stride(ax_seq);
+  p.x_stride_tok = in.stride(ax_tok);
+  p.o_stride_outer = out.stride(0);
+  p.o_stride_inner = out.stride(ax_seq);
+  p.o_stride_tok = out.stride(ax_tok);
+  if (p.num_seq == 0) return;
+  p.ln_w = w.norm_w.data_ptr();
+  p.ln_b = w.norm_b.data_ptr();
+  p.w_qkv = w.qkv_w.data_ptr();
+  p.w_out = w.out_w.data_ptr();
+  p.b_out = w.out_b.data_ptr();
+  p.eps = float(eps);
+  p.scale_log2 = float(1.4426950408889634 / std::sqrt(double(D / spec->heads)));
+  p.math = (spec->dtype == kFloat32 && at::globalContext().allowTF32CuBLAS()) ? kTf32 : kExactFp32;
+
+  const int device = in.get_device();
+  const DeviceInfo& dev = device_info(device);
+  p.arch = dev.sm90a ? 90 : 0;
+  const Plan plan = plan_pass(spec, p.num_seq, p.len, p.math, dev, g_path_override.load());
+  p.path = plan.path;
+  p.group = plan.group;
+  at::Tensor scratch;
+  if (plan.path == kPathTwoKernel) {
+    const size_t need = spec->two_kernel_smem_bytes(p.math);
+    TORCH_CHECK(need <= size_t(dev.smem_optin), "axial_fused: dim ", D, " in ", in.scalar_type(),
+                " needs ", need, " bytes of shared memory per block; this device allows ",
+                dev.smem_optin);
+    scratch = at::empty({p.num_seq * p.len * 3 * D}, in.options());
+    p.scratch = scratch.data_ptr();
+  }
+  const cudaError_t err = spec->launch(p, c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).stream());
+  TORCH_CHECK(err == cudaSuccess, "axial_fused: kernel launch failed: ", cudaGetErrorString(err));
+}
+
+}  // namespace axial_fused

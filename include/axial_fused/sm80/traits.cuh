@@ -1,0 +1,56 @@
+// The mma.sync kernels' derived constants for one (dtype, math mode, dim, heads): warps, tiles,
+// shared-memory layout and bytes. One place sets every per-specialization choice of these kernels.
+#pragma once
+#include <cstddef>
+#include <type_traits>
+
+#include "axial_fused/sm80/warp_mma.cuh"
+
+namespace axial_fused {
+
+template <class T_, Mma M_, int D_, int HEADS_>
+struct Traits {
+  using T = T_;
+  static constexpr Mma M = M_;
+  static constexpr int D = D_, HEADS = HEADS_, HD = D / HEADS;
+  static constexpr int ESZ = sizeof(T);
+  static constexpr int PAD = 16 / ESZ;              // one 16-byte vector per smem row: no ldmatrix bank conflicts
+  static constexpr int VEC = 16 / ESZ;              // elements per 16-byte copy
+  static constexpr int BN = ESZ == 4 ? 32 : 64;     // keys per attention tile
+  static constexpr int BK = 128 / ESZ;              // weight columns per streamed chunk (128 bytes)
+  static constexpr int LDX = D + PAD, LDQKV = 3 * D + PAD, LDH = HD + PAD, LDW = BK + PAD, LDP = BN + PAD;
+
+  // Warps: RG row groups of 16 tokens x CG column groups. In the projections the column groups take
+  // different 64-wide output chunks; in attention they take different heads. Two column groups where
+  // the two-kernel attention block still fits a Hopper SM's shared memory, else one. fp32 at large D
+  // uses two row groups (32-token tiles) to fit.
+  static constexpr int RG = (ESZ == 4 && D >= 512) ? 2 : 4;
+  static constexpr size_t k2_bytes(int cg) {
+    const size_t w = 2ull * 64 * cg * LDW * ESZ, kv = 4ull * cg * BN * LDH * ESZ;
+    return 16ull * RG * LDX * ESZ + 2ull * cg * 16 * RG * LDH * ESZ + (kv > w ? kv : w) +
+           (M == Mma::Tc16 ? 0 : 16ull * RG * cg * LDP * ESZ);
+  }
+  static constexpr int CG = (HEADS % 2 == 0 && k2_bytes(2) <= 220 * 1024) ? 2 : 1;
+  static constexpr int NW = RG * CG;
+  static constexpr int BM = 16 * RG, THREADS = 32 * NW;
+  static constexpr int WN = 64 * CG;                 // weight rows (output features) per streamed chunk
+  static constexpr int ROW_ALIGN = BM > BN ? BM : BN;  // fused buffer rows are a multiple of this
+
+  static constexpr size_t X_BYTES = size_t(BM) * LDX * ESZ;         // LN tile, then attention output tile
+  static constexpr size_t W_BYTES = 2ull * WN * LDW * ESZ;           // streamed weight chunks, 2 stages
+  static constexpr size_t P_BYTES = M == Mma::Tc16 ? 0 : 16ull * NW * LDP * ESZ;  // probabilities (fp32 modes)
+  static constexpr size_t OFF_BYTES = 2ull * BM * sizeof(int64_t);   // per-row x and out offsets of a tile
+  static constexpr size_t Q_BYTES = 2ull * CG * BM * LDH * ESZ;      // two-kernel: CG heads of queries, 2 stages
+  static constexpr size_t KV_BYTES = 4ull * CG * BN * LDH * ESZ;     // two-kernel: K and V tiles, 2 stages
+  static constexpr size_t fused_bytes(int rows) {
+    return OFF_BYTES + X_BYTES + W_BYTES + P_BYTES + size_t(rows) * LDQKV * ESZ;
+  }
+  static constexpr size_t K1_BYTES = X_BYTES + W_BYTES;
+  static constexpr size_t K2_BYTES = OFF_BYTES + k2_bytes(CG);
+
+  static_assert(D % 64 == 0, "dim must be a multiple of 64");
+  static_assert(D % HEADS == 0 && HD % 16 == 0 && HD <= 128, "head_dim must be a multiple of 16, at most 128");
+  static_assert(std::is_same<T, float>::value == (M != Mma::Tc16), "tensor-core 16-bit mode iff 16-bit storage");
+};
+
+}  // namespace axial_fused

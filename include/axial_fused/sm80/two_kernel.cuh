@@ -1,0 +1,153 @@
+// The mma.sync two-kernel pass (kPathTwoKernel; sm_80 and later; on Hopper for what the sm90 kernels
+// do not serve), for sequences whose q/k/v do not fit one block's shared memory, or where spreading a
+// sequence's queries over several blocks pays:
+//   ln_qkv_kernel    LN + QKV for a tile of BM tokens -> the q/k/v scratch ([tokens, 3D]);
+//   attn_out_kernel  attention for a tile of BM queries of one sequence (keys and values streamed from
+//                    the scratch, two stages) + output projection + bias + residual. SM90 (16-bit on
+//                    sm_90a): the same attention, with the output tile in the SW128 layout so that the
+//                    projection runs on wgmma (wg_gemm).
+#pragma once
+#include "axial_fused/sm80/block_ops.cuh"
+#include "axial_fused/sm90/wg_gemm.cuh"
+
+namespace axial_fused {
+
+template <class Tr>
+__global__ void __launch_bounds__(Tr::THREADS) ln_qkv_kernel(const __grid_constant__ PassParams p) {
+  pdl_entry();
+  using T = typename Tr::T;
+  constexpr int D = Tr::D;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* xs = reinterpret_cast<T*>(smem_raw);
+  T* ws = reinterpret_cast<T*>(smem_raw + Tr::X_BYTES);
+  T* qkv = static_cast<T*>(p.scratch);
+  const int64_t L = p.len, tokens = p.num_seq * L, t0 = int64_t(blockIdx.x) * Tr::BM;
+
+  layernorm_tile<Tr>(p, xs, [&](int r) -> int64_t {
+    const int64_t tk = t0 + r;
+    return tk < tokens ? x_offset(p, tk / L, tk % L) : -1;
+  });
+  __syncthreads();
+  block_gemm<Tr, 3 * D, D>(xs, Tr::LDX, static_cast<const T*>(p.w_qkv), ws, true, [&](int r, int c, float a, float b) {
+    if (t0 + r < tokens) store2(qkv + (t0 + r) * (3 * D) + c, a, b);
+  });
+}
+
+// Shared-memory layout of attn_out_kernel. Generic: [row offsets][xs: BM x LDX][q][p][k/v, later W].
+// SM90 (16-bit): the attention output tile is SW128 (1024-aligned) so the output projection runs on
+// wgmma, with the weight streamed through the k/v region (wg_gemm, 3 to 6 stages).
+template <class Tr, bool SM90>
+struct AttnOutLayout {
+  static constexpr int OWGN = Tr::THREADS >= 256 ? 2 : 1;  // warpgroups (1 or 2), side by side along N (Hopper)
+  static constexpr int OBNW = (Tr::D % 128 == 0 ? 128 : 64) / OWGN;  // columns per warpgroup and weight chunk
+  static constexpr size_t O_STAGE = size_t(OWGN) * OBNW * 128, O_STAGES = 3 * O_STAGE;
+  // Weight stages of the output projection: 3, or as many (up to 6) as the k/v region already holds
+  // (deeper look-ahead hides L2 latency; at D = 768 the region holds 4).
+  static constexpr int OS = SM90 && Tr::KV_BYTES / O_STAGE > 3 ? (Tr::KV_BYTES / O_STAGE < 6 ? int(Tr::KV_BYTES / O_STAGE) : 6) : 3;
+  static constexpr size_t X = SM90 ? size_t(Tr::BM) * Tr::D * Tr::ESZ : Tr::X_BYTES;
+  static constexpr size_t Q = SM90 ? (Tr::Q_BYTES + 1023) / 1024 * 1024 : Tr::Q_BYTES;
+  static constexpr size_t P = Tr::P_BYTES;
+  static constexpr size_t KV = SM90 && O_STAGES > Tr::KV_BYTES ? O_STAGES : Tr::KV_BYTES;
+  static constexpr size_t BYTES = Tr::OFF_BYTES + (SM90 ? 1024 : 0) + X + Q + P + KV;
+  static_assert(!SM90 || (Tr::M == Mma::Tc16 && Tr::BM == 64 && Tr::THREADS % 128 == 0 && BYTES <= 227 * 1024),
+                "Hopper attn_out layout");
+};
+
+template <class Tr, bool SM90>
+__global__ void __launch_bounds__(Tr::THREADS) attn_out_kernel(const __grid_constant__ PassParams p) {
+  pdl_entry();
+#if !AXIAL_FUSED_SM90
+  if constexpr (SM90) {
+    __trap();
+    return;
+  }
+#endif
+  using T = typename Tr::T;
+  using Lay = AttnOutLayout<Tr, SM90>;
+  constexpr int D = Tr::D, HD = Tr::HD, BM = Tr::BM, BN = Tr::BN, LDH = Tr::LDH, VEC = Tr::VEC, CG = Tr::CG;
+  constexpr int HG = (Tr::HEADS + CG - 1) / CG;  // head groups: CG heads at a time, one per column group
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  int64_t* xo = reinterpret_cast<int64_t*>(smem_raw);
+  int64_t* oo = xo + BM;
+  unsigned char* sbase = smem_raw + Tr::OFF_BYTES;
+  if constexpr (SM90) sbase += (1024 - (smem_u32(sbase) & 1023)) & 1023;
+  T* xs = reinterpret_cast<T*>(sbase);                                  // BM x D attention output
+  T* qs = reinterpret_cast<T*>(sbase + Lay::X);                         // 2 stages x CG x BM x LDH
+  T* ps = reinterpret_cast<T*>(sbase + Lay::X + Lay::Q);                // NW x 16 x LDP
+  T* kv = reinterpret_cast<T*>(sbase + Lay::X + Lay::Q + Lay::P);       // 2 x CG x (K, V) x BN x LDH; later W
+
+  const int L = p.len, warp = threadIdx.x >> 5, rg = warp % Tr::RG, cg = warp / Tr::RG;
+  const int nqt = (L + BM - 1) / BM, nkt = (L + BN - 1) / BN;
+  const int64_t s = blockIdx.x / nqt;
+  const int q0 = int(blockIdx.x % nqt) * BM;
+  const T* base = static_cast<const T*>(p.scratch) + s * L * (3 * D);
+
+  row_offsets<Tr>(p, xo, oo, [&](int r, int64_t& ss, int64_t& l) {
+    ss = s;
+    l = q0 + r;
+    return q0 + r < L;
+  });
+
+  auto load = [&](int it) {
+    const int hg = it / nkt, kt = it % nkt, buf = it & 1;
+    for (int c2 = 0; c2 < CG; ++c2) {
+      const int h = hg * CG + c2;
+      if (h >= Tr::HEADS) break;
+      if (kt == 0) {
+        T* qd = qs + ((hg & 1) * CG + c2) * BM * LDH;
+        for (int v = threadIdx.x; v < BM * HD / VEC; v += Tr::THREADS) {
+          const int r = v / (HD / VEC), c = (v % (HD / VEC)) * VEC, row = q0 + r;
+          const bool ok = row < L;
+          cp_async16(qd + r * LDH + c, ok ? base + int64_t(row) * 3 * D + h * HD + c : base, ok);
+        }
+      }
+      T* ks = kv + (buf * CG + c2) * 2 * BN * LDH;
+      for (int v = threadIdx.x; v < BN * HD / VEC; v += Tr::THREADS) {
+        const int r = v / (HD / VEC), c = (v % (HD / VEC)) * VEC, row = kt * BN + r;
+        const bool ok = row < L;
+        const T* src = ok ? base + int64_t(row) * 3 * D + D + h * HD + c : base;
+        cp_async16(ks + r * LDH + c, src, ok);
+        cp_async16(ks + BN * LDH + r * LDH + c, ok ? src + D : base, ok);
+      }
+    }
+    cp_async_commit();
+  };
+
+  const int rw = q0 + rg * 16;
+  const bool active = rw < L;
+  const int lo[2] = {0, 0}, hi[2] = {L, L};
+  const int iters = HG * nkt;
+  AttnState<Tr> st;
+  load(0);
+  for (int it = 0; it < iters; ++it) {
+    if (it + 1 < iters) {
+      load(it + 1);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const int hg = it / nkt, kt = it % nkt, h = hg * CG + cg;
+    if (active && h < Tr::HEADS) {
+      if (kt == 0) st.init();
+      const T* ks = kv + ((it & 1) * CG + cg) * 2 * BN * LDH;
+      attend_tile<Tr>(st, qs + ((hg & 1) * CG + cg) * BM * LDH + rg * 16 * LDH, LDH, ks, ks + BN * LDH, LDH, kt * BN,
+                      lo, hi, p.scale_log2, ps + warp * 16 * Tr::LDP);
+      if (kt == nkt - 1) {
+        if constexpr (SM90) {
+          st.store_to([&](int r, int c, float a, float b) { store2(xs + sw128_index<BM>(rg * 16 + r, h * HD + c), a, b); });
+        } else {
+          st.store(xs + rg * 16 * Tr::LDX + h * HD, Tr::LDX);
+        }
+      }
+    }
+    __syncthreads();
+  }
+  if constexpr (SM90) {
+    wg_gemm<T, 1, Lay::OWGN, Lay::OBNW, D, D, Lay::OS>(xs, static_cast<const T*>(p.w_out), kv, OutEpilogue<T>(p, xo, oo));
+  } else {
+    out_projection<Tr>(p, xs, kv, active, xo, oo);
+  }
+}
+
+}  // namespace axial_fused

@@ -1,0 +1,439 @@
+// Hopper (sm_90a) attention + output projection of the two-kernel path (its second kernel, "K2"), for
+// head_dim 32 or 64 in 16-bit: S = q k^T and P V on wgmma with an online softmax, q/k/v read from the
+// scratch that ln_qkv_sm90_kernel wrote ([S * L, 3D]: q | k | v per token). docs/design.md, "The Hopper
+// attention kernel".
+//
+// One block of two warpgroups owns BM queries of one sequence (128 for D <= 256, else 64 so that the
+// output tile fits). The warpgroups take alternate heads and run independently (named barriers, their
+// own query buffers and key/value ring), so one's softmax overlaps the other's products. For its head h
+// a warpgroup streams the sequence's keys and values in tiles of BN (128 at head_dim 32, 64 at 64)
+// through a cp.async ring, each tile's k and v rows copied as they lie in the scratch (RB = 64 or 128
+// bytes per row, swizzled): k is the K-major B operand of S = q k^T, v the N-major B operand of P V
+// (TRANS_B), so nothing is transposed. Per tile and 64-query half (a "unit"): S (wgmma, q and k from
+// shared memory), masked online softmax in registers (max and sum in log2 units, the scale folded into
+// the exponent), O_h = O_h * alpha + P V (wgmma, P from registers), pipelined so that a unit's softmax
+// runs while the previous unit's P V is on the tensor cores. After the last tile O_h / rowsum goes
+// into head h's columns of the SW128 output tile, and once every head is done the block runs
+// out = O @ W_out^T + bias + x (wg_gemm, its weight ring in the key/value rings' space).
+//
+// The split form (SPLIT, at D >= 512) runs the attention alone and leaves the output projection to
+// out_gemm_sm90_kernel (out_gemm_kernel.cuh).
+#pragma once
+#include <cuda.h>  // CUtensorMap (the tensor-map output projection)
+
+#include <type_traits>
+
+#include "axial_fused/sm90/wg_gemm.cuh"
+
+namespace axial_fused {
+
+// SPLIT (at D >= 512, kSplitMinDim): the attention alone, each head's output written into its own q
+// columns of the scratch (those rows' q of that head are read by this block only, and already read),
+// and the output projection left to out_gemm_sm90_kernel. Why: at D > 256 the fused form keeps all
+// heads' output O[BM][D] in shared memory for the projection, which holds a block to 64 queries (96
+// KB of O at D = 768), so every 64 queries re-read the sequence's keys and values and the whole W_out,
+// and its ring to 3 stages. Split, a block takes 128 queries (each key / value tile serves both
+// halves) with a 4-stage ring, for O written and read once more; 64 where the sequence is no longer
+// (a second half would be all padding). At D = 256 the fused form is faster (docs/performance.md).
+// (SPLIT: 0, the fused form; else the split form's queries per block, 64 or 128.)
+constexpr int kSplitMinDim = 512;
+template <class T, int D, int HEADS, int SPLIT = 0>
+struct AttnSm90 {
+  static constexpr int HD = D / HEADS;
+  // At head_dim 32 (where D is a multiple of 128: two 64-row warpgroups side by side in the output
+  // projection), two blocks per SM of 64 queries, 64-key tiles and at most 128 registers (PAIR): the
+  // kernel waits on latencies at two warps per scheduler, and one block's output projection overlaps
+  // the other's attention. Elsewhere one block per SM of 128 queries (64 where D > 256), 128-key
+  // tiles at head_dim 32.
+  static constexpr bool PAIR = !SPLIT && HD == 32 && D % 128 == 0;
+  static constexpr int BM = SPLIT ? SPLIT : PAIR || D > 256 ? 64 : 128;  // queries per block
+  static constexpr int MT = BM / 64;                       // 64-row halves
+  static constexpr int BN = HD == 32 && !PAIR ? 128 : 64;  // keys per tile
+  static constexpr bool WANT2 = PAIR;
+  static constexpr int RB = HD * 2;                              // bytes per row of one head's q, k or v
+  static constexpr size_t OFFS = SPLIT ? 0 : 2ull * BM * sizeof(int64_t);  // row offsets of x and out
+  static constexpr size_t O_BYTES = SPLIT ? 0 : size_t(BM) * D * 2;  // attention output tile, SW128
+  static constexpr size_t Q_BYTES = size_t(BM) * RB;            // one head's queries
+  static constexpr size_t STAGE = 2ull * BN * RB;               // one key tile: k rows, then v rows
+  // Per warpgroup: two query buffers (this head's, the next one's) and SW ring stages.
+  static constexpr size_t FIXED = 1024 + OFFS + O_BYTES + 2 * 2 * Q_BYTES;
+  static constexpr int MINB = WANT2 && FIXED + 2 * 2 * STAGE <= 113 * 1024 ? 2 : 1;
+  static constexpr size_t SMEM_MAX = MINB == 2 ? 113 * 1024 : 227 * 1024;  // per block
+  static constexpr int SW_FIT = FIXED < SMEM_MAX ? int((SMEM_MAX - FIXED) / (2 * STAGE)) : 0;
+  static constexpr int SW = SW_FIT > 4 ? 4 : SW_FIT;
+  static constexpr size_t RING = 2 * SW * STAGE;
+  // Output projection: WGM x WGN warpgroups over the BM x D output, OUT_BNW-wide weight chunks (128
+  // where D allows, else 64) of OUT_KW = 32 columns.
+  static constexpr int WGM = MT, WGN = 2 / MT, OUT_KW = 32;
+  static constexpr int OUT_BNW = D % (128 * WGN) == 0 ? 128 : 64;
+  static constexpr size_t OUT_STAGE = size_t(WGN) * OUT_BNW * OUT_KW * 2;
+  static constexpr int OUT_S = int(RING / OUT_STAGE) < 6 ? int(RING / OUT_STAGE) : 6;
+  static constexpr size_t SMEM = FIXED + RING;
+  // The output projection's weight by tensor-map copies (wg_gemm_tma: thread 0 issues them, full /
+  // empty mbarriers per stage, no cp.async and no block barrier per step; the mbarriers where the
+  // first warpgroup's queries were, free by then), at D <= 256: there it is faster than the cp.async
+  // ring, at D = 768 slower (docs/performance.md).
+  static constexpr bool OUT_TMA = !SPLIT && D <= 256 && OUT_KW == 32 && WGM * WGN == 2 && OUT_BNW >= 64 &&
+                                  WGN * OUT_BNW <= 256 && OUT_S <= 8;
+  static constexpr bool SERVED =
+      (HD == 32 || HD == 64) && (SPLIT ? SW >= 3 : D % (64 * WGN) == 0 && SW >= 2 && OUT_S >= 3);
+  static_assert(!SERVED || (O_BYTES % 1024 == 0 && Q_BYTES % 1024 == 0 && STAGE % 1024 == 0), "1024-byte aligned tiles");
+};
+
+// Keys at or past `valid` (the sequence's end, relative to the tile) of a BN-key score tile get -inf.
+template <int BN>
+__device__ __forceinline__ void mask_keys(float (&sc)[BN / 2], int valid) {
+  const int t = threadIdx.x & 3;
+#pragma unroll
+  for (int jb = 0; jb < BN / 8; ++jb)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if (8 * jb + 2 * t + (e & 1) >= valid) sc[4 * jb + e] = -INFINITY;
+}
+
+// One tile of the online softmax for a warpgroup's 64 x BN scores (wgmma accumulator layout: row g
+// in e = 0, 1 and row g + 8 in e = 2, 3 of each 8-column block; a row's scores are spread over the
+// quad's four threads). Updates the running max (log2 units, scale folded in) and this thread's
+// partial row sums, returns the factor alpha the output rows must be rescaled by, and the
+// probabilities as the A fragments of P V.
+template <class T, int BN>
+__device__ __forceinline__ void softmax_tile(float (&sc)[BN / 2], float (&m_run)[2], float (&l_run)[2], float (&alpha)[2],
+                                             uint32_t (&pa)[BN / 16][4], float scale_log2) {
+  float mx[2], rs[2] = {0.f, 0.f}, mu[2];
+  acc_row_max(sc, mx);
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const float m_new = fmaxf(m_run[hr], mx[hr] * scale_log2);
+    mu[hr] = m_new == -INFINITY ? 0.f : m_new;  // a row with nothing unmasked yet stays all-zero
+    alpha[hr] = exp2_ftz(m_run[hr] - mu[hr]);
+    m_run[hr] = m_new;
+  }
+#pragma unroll
+  for (int jb = 0; jb < BN / 8; ++jb) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float x = fmaf(sc[4 * jb + e], scale_log2, -mu[e >> 1]);
+      sc[4 * jb + e] = exp2_ftz(x);
+      rs[e >> 1] += sc[4 * jb + e];
+    }
+  }
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) l_run[hr] = l_run[hr] * alpha[hr] + rs[hr];
+#pragma unroll
+  for (int kk = 0; kk < BN / 16; ++kk) acc_to_a<T>(pa[kk], sc, 0, kk);
+}
+
+// O (64 x HD) += P (64 x BN, A fragments) V (BN x HD at v_base, N-major): BN / 16 wgmma k-steps, not
+// committed.
+template <class T, int HD, int BN, int RB>
+__device__ __forceinline__ void pv_issue(float (&o)[HD / 2], const uint32_t (&pa)[BN / 16][4], uint32_t v_base) {
+#pragma unroll
+  for (int kk = 0; kk < BN / 16; ++kk) WgmmaRS<T, HD>::template mma<1>(o, pa[kk], swz_desc<RB>(v_base + kk * 16 * RB), 1);
+}
+
+
+// cp.async.wait_group with a run-time count (0 to 3).
+__device__ __forceinline__ void cp_async_wait_upto(int n) {
+  if (n <= 0) cp_async_wait<0>();
+  else if (n == 1) cp_async_wait<1>();
+  else if (n == 2) cp_async_wait<2>();
+  else cp_async_wait<3>();
+}
+
+// The kernel's body; OTMA (AttnSm90::OUT_TMA): the output projection's weight by tensor-map copies
+// from `omap` (W_out with boxes of OUT_KW x WGN * OUT_BNW).
+// SPLIT: the attention alone (AttnSm90's SPLIT).
+template <class T, int D, int HEADS, bool OTMA = false, int SPLIT = 0>
+__device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* omap = nullptr) {
+#if AXIAL_FUSED_SM90  // (sm_90a device code only, as the kernels' bodies: the host pass never sees it)
+  using C = AttnSm90<T, D, HEADS, SPLIT>;
+  static_assert(C::SERVED, "attn_sm90_kernel instantiated for a configuration it does not serve");
+  static_assert(!OTMA || C::OUT_TMA, "the tensor-map output projection needs its mbarriers");
+  constexpr int BM = C::BM, MT = C::MT, BN = C::BN, HD = C::HD, RB = C::RB, SW = C::SW, CH = RB / 16;
+#ifdef AXIAL_FUSED_PHASE_CLOCK
+  long long phase_[7] = {}, phase_last_ = clock64();
+#endif
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  int64_t* xo = reinterpret_cast<int64_t*>(smem_raw);  // BM row offsets into x (-1: past the end)
+  int64_t* oo = xo + BM;                               // ... into out
+  unsigned char* base = smem_raw + C::OFFS;
+  base += (1024 - (smem_u32(base) & 1023)) & 1023;
+  T* O = reinterpret_cast<T*>(base);
+  unsigned char* qbuf = base + C::O_BYTES;                   // [wg][2] query buffers
+  unsigned char* ring = qbuf + 2 * 2 * C::Q_BYTES;           // [wg][SW] key/value stages; later W_out's ring
+
+  const int L = p.len, tid = threadIdx.x, wg = tid >> 7, wtid = tid & 127, warp = (tid >> 5) & 3, lane = tid & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int nqt = (L + BM - 1) / BM, nkt = (L + BN - 1) / BN;
+  const int64_t s = blockIdx.x / nqt;
+  const int q0 = int(blockIdx.x % nqt) * BM;
+  const T* qkv = static_cast<const T*>(p.scratch) + s * L * (3 * D);
+
+  if constexpr (SPLIT == 0) {
+    for (int r = tid; r < BM; r += 256) {
+      const bool ok = q0 + r < L;
+      xo[r] = ok ? x_offset(p, s, q0 + r) : -1;
+      oo[r] = ok ? out_offset(p, s, q0 + r) : -1;
+    }
+  }
+
+  // This warpgroup's heads h = 2 i + wg, i < nh; chunk j = i * nkt + n is head i's n-th key tile (with
+  // the head's queries when n = 0). A head takes its tiles in the order nkt - 1, 0, 1, ..., nkt - 2:
+  // the one tile that can run past the sequence's end comes first, so only a head's first units mask
+  // (the online softmax does not depend on the order). la = chunks requested ahead of the one in use:
+  // at most SW - 2 (the previous chunk's last P V is still in flight during this one's first unit, so
+  // its stage stays), and at most nkt so a query buffer is refilled only after its head is done.
+  const int nh = (HEADS - wg + 1) / 2, la = SW - 2 < nkt ? SW - 2 : nkt;
+  const uint32_t q_base = smem_u32(qbuf) + wg * 2 * C::Q_BYTES, r_base = smem_u32(ring) + wg * SW * C::STAGE;
+  // Rows [row0, row0 + NR) of column block `col` of the scratch into an RB-row swizzled tile at `dst`
+  // (rows past L read as zeros). Each thread copies the same 16-byte piece lc of rows lr, lr + RPP, ...
+  // of every tile (the swizzle repeats every 8 rows), so its offsets are computed once here.
+  constexpr int RPP = 128 / CH;
+  static_assert(RPP % 8 == 0 && BM % RPP == 0 && BN % RPP == 0, "whole passes of the warpgroup");
+  const int lr = wtid / CH, lc = wtid % CH;
+  const T* src0 = qkv + int64_t(lr) * (3 * D) + lc * 8;
+  const uint32_t dst0 = lr * RB + ((lc ^ swz_row<RB>(lr)) << 4);
+  auto copy_rows = [&](uint32_t dst, int row0, auto rows_c, int col) {
+    constexpr int NR = decltype(rows_c)::value;
+    const T* from = src0 + int64_t(row0) * (3 * D) + col;
+#pragma unroll
+    for (int pass = 0; pass < NR / RPP; ++pass) {
+      const bool ok = row0 + lr + pass * RPP < L;
+      cp_async16_shared(dst + dst0 + pass * RPP * RB, ok ? from + pass * RPP * (3 * D) : qkv, ok);
+    }
+  };
+  using QRows = std::integral_constant<int, BM>;
+  using KRows = std::integral_constant<int, BN>;
+  // The chunks are requested strictly in order, so the next one's head, tile and stage are running
+  // counters (ld_*: no division by the run-time tile count), and a whole tile's rows are copied
+  // without predicates.
+  int ld_i = 0, ld_n = 0, ld_s = 0;
+  auto load = [&](int) {  // (the chunks come in order: the counters say which)
+    if (ld_i < nh) {
+      const int i = ld_i, n = ld_n, kt = n == 0 ? nkt - 1 : n - 1, h = 2 * i + wg;
+      if (n == 0) copy_rows(q_base + (i & 1) * C::Q_BYTES, q0, QRows{}, h * HD);
+      const uint32_t st = r_base + ld_s * C::STAGE;
+      if (kt * BN + BN <= L) {
+        const T* from = src0 + int64_t(kt * BN) * (3 * D) + D + h * HD;
+#pragma unroll
+        for (int pass = 0; pass < BN / RPP; ++pass) {
+          cp_async16_shared(st + dst0 + pass * RPP * RB, from + pass * RPP * (3 * D));
+          cp_async16_shared(st + BN * RB + dst0 + pass * RPP * RB, from + D + pass * RPP * (3 * D));
+        }
+      } else {
+        copy_rows(st, kt * BN, KRows{}, D + h * HD);
+        copy_rows(st + BN * RB, kt * BN, KRows{}, 2 * D + h * HD);
+      }
+      ld_n = n + 1 == nkt ? 0 : n + 1;
+      ld_i += ld_n == 0;
+      ld_s = ld_s + 1 == SW ? 0 : ld_s + 1;
+    }
+    cp_async_commit();  // possibly empty: one group per chunk
+  };
+  for (int j = 0; j < la; ++j) load(j);
+
+  AXIAL_PHASE(0);
+  for (int i = 0; i < nh; ++i) {
+    const int h = 2 * i + wg;
+    const uint32_t qb = q_base + (i & 1) * C::Q_BYTES;
+    float o[MT][HD / 2], m_run[MT][2], l_run[MT][2];
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+#pragma unroll
+      for (int e = 0; e < HD / 2; ++e) o[m][e] = 0.f;
+      m_run[m][0] = m_run[m][1] = -INFINITY;
+      l_run[m][0] = l_run[m][1] = 0.f;
+    }
+    // The head runs as units u = (key tile kt, query half m), software-pipelined as FlashAttention-3's
+    // intra-warpgroup overlap: unit u issues S(u) and then P(u-1) V(u-1), waits for S(u) only, and
+    // computes its softmax while P V runs on the tensor cores.
+    // P of the unit in softmax and of the one whose P V is in flight: with two query halves the
+    // units alternate between the buffers in a fixed order; with one, the new P is copied over.
+    uint32_t p_buf[2][BN / 16][4];
+    float alpha[2];
+    uint32_t v_prev = 0;  // the previous unit's values; its query half is (m + MT - 1) % MT
+    // Waits for the head's n-th chunk, requests the one la ahead; returns the tile's k address.
+    auto tile_start = [&](int n) {
+      const int j = i * nkt + n;
+      if (la == 0) {  // no room to run ahead (SW = 2): load the chunk now, into chunk j - 2's stage
+        warpgroup_sync(wg);
+        load(j);
+        cp_async_wait<0>();
+        fence_proxy_async();
+        warpgroup_sync(wg);
+      } else {
+        cp_async_wait_upto(la - 1);  // this thread's copies of chunk j have landed
+        fence_proxy_async();
+        warpgroup_sync(wg);  // everyone's have; chunk j - 2's products are done, so its stage may be refilled
+        load(j + la);
+      }
+      AXIAL_PHASE(1);
+      return r_base + (j % SW) * C::STAGE;
+    };
+    // One unit (query half M of key tile kt). FIRST (the head's first unit), M and MASK (a unit of the
+    // head's first tile, the only one that can run past L) are compile-time: a wgmma under a run-time
+    // branch makes ptxas serialize every wgmma of the kernel.
+    auto unit = [&](auto first_c, auto m_c, auto mask_c, uint32_t k_base, int kt) {
+      constexpr bool FIRST = decltype(first_c)::value, MASK = decltype(mask_c)::value;
+      constexpr int M = decltype(m_c)::value;
+      constexpr int CUR = MT == 2 ? M : 0, PREV = MT == 2 ? 1 - M : 1;  // the last unit's P ends in p_buf[1]
+      float sc[BN / 2];
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < HD / 16; ++kk)
+        Wgmma<T, BN>::mma(sc, swz_desc<RB>(qb + M * 64 * RB + kk * 32), swz_desc<RB>(k_base + kk * 32), kk > 0);
+      wgmma_commit();
+      if constexpr (!FIRST) {  // the previous unit's O += P V, in flight during this unit's softmax
+        pv_issue<T, HD, BN, RB>(o[(M + MT - 1) % MT], p_buf[PREV], v_prev);
+        wgmma_commit();
+      }
+      if constexpr (!FIRST) {
+        wgmma_wait<1>();
+      } else {
+        wgmma_wait<0>();
+      }
+      fence_regs(sc);
+      AXIAL_PHASE(2);
+      if constexpr (MASK) {
+        if (kt * BN + BN > L) mask_keys<BN>(sc, L - kt * BN);
+      }
+      softmax_tile<T, BN>(sc, m_run[M], l_run[M], alpha, p_buf[CUR], p.scale_log2);
+      AXIAL_PHASE(3);
+      if constexpr (!FIRST) {
+        wgmma_wait<0>();
+        keep_regs(p_buf[PREV]);
+#pragma unroll
+        for (int mm = 0; mm < MT; ++mm) fence_regs(o[mm]);
+      }
+#pragma unroll
+      for (int jb = 0; jb < HD / 8; ++jb) {
+        o[M][4 * jb] *= alpha[0];
+        o[M][4 * jb + 1] *= alpha[0];
+        o[M][4 * jb + 2] *= alpha[1];
+        o[M][4 * jb + 3] *= alpha[1];
+      }
+      if constexpr (MT == 1) {
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) p_buf[1][kk][e] = p_buf[0][kk][e];
+      }
+      v_prev = k_base + BN * RB;
+      AXIAL_PHASE(4);
+    };
+    using Half0 = std::integral_constant<int, 0>;
+    using Half1 = std::integral_constant<int, MT - 1>;
+    {  // the last key tile first (it may be partial), then tiles 0 .. nkt - 2
+      const uint32_t k_base = tile_start(0);
+      unit(std::true_type{}, Half0{}, std::true_type{}, k_base, nkt - 1);
+      if constexpr (MT == 2) unit(std::false_type{}, Half1{}, std::true_type{}, k_base, nkt - 1);
+    }
+    for (int n = 1; n < nkt; ++n) {
+      const uint32_t k_base = tile_start(n);
+      unit(std::false_type{}, Half0{}, std::false_type{}, k_base, n - 1);
+      if constexpr (MT == 2) unit(std::false_type{}, Half1{}, std::false_type{}, k_base, n - 1);
+    }
+    // Drain: the last unit's P V.
+    wgmma_fence();
+    pv_issue<T, HD, BN, RB>(o[MT - 1], p_buf[1], v_prev);
+    wgmma_commit();
+    wgmma_wait<0>();
+    keep_regs(p_buf[1]);
+#pragma unroll
+    for (int mm = 0; mm < MT; ++mm) fence_regs(o[mm]);
+    // O_h / rowsum into head h's columns of the output tile (SPLIT: of the scratch's q, as 16-byte
+    // vectors; rows past the sequence's end are not written).
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+      float inv[2];
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        float l = l_run[m][hr];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        inv[hr] = 1.f / l;
+      }
+      const int r0 = 64 * m + warp * 16 + g;
+      if constexpr (SPLIT != 0) {
+        float ov[HD / 2];  // (a copy: writing the accumulators themselves makes ptxas fence the wgmma)
+#pragma unroll
+        for (int e = 0; e < HD / 2; ++e) ov[e] = o[m][e] * inv[(e >> 1) & 1];
+        T* const o_rows = const_cast<T*>(qkv) + int64_t(q0) * (3 * D);
+        auto put = [&](int r, int c, uint4 v) {
+          if (q0 + r < L) st_global_16(o_rows + int64_t(r) * (3 * D) + c, v);
+        };
+        store_vec8<T, HD>(ov, r0, h * HD, t, put);
+      } else {
+#pragma unroll
+        for (int jb = 0; jb < HD / 8; ++jb) {
+          const int c = h * HD + 8 * jb + 2 * t;
+          store2(O + sw128_index<BM>(r0, c), o[m][4 * jb] * inv[0], o[m][4 * jb + 1] * inv[0]);
+          store2(O + sw128_index<BM>(r0 + 8, c), o[m][4 * jb + 2] * inv[1], o[m][4 * jb + 3] * inv[1]);
+        }
+      }
+    }
+  }
+  if constexpr (SPLIT == 0) {  // (SPLIT: the projection is out_gemm_sm90_kernel's)
+    // out = O @ W_out^T + bias + x, the weight streamed through the rings' space.
+    AXIAL_PHASE(5);
+    cp_async_wait<0>();
+    fence_proxy_async();
+    __syncthreads();
+    AXIAL_PHASE(6);
+    auto project = [&](auto&& epi) {
+      if constexpr (OTMA) {
+        const uint32_t ofull = smem_u32(qbuf), oempty = ofull + 64;  // the first warpgroup's queries, done with
+        out_tma_barriers<C::OUT_S>(ofull, oempty);
+        wg_gemm_tma<T, C::WGM, C::WGN, C::OUT_BNW, D, D, C::OUT_S, C::OUT_KW>(O, omap, smem_u32(ring), ofull, oempty, epi);
+      } else {
+        wg_gemm<T, C::WGM, C::WGN, C::OUT_BNW, D, D, C::OUT_S, C::OUT_KW>(O, static_cast<const T*>(p.w_out),
+                                                                         reinterpret_cast<T*>(ring), epi);
+      }
+    };
+    project(OutEpilogue<T>(p, xo, oo));
+  }
+#ifdef AXIAL_FUSED_PHASE_CLOCK
+  if (blockIdx.x < 2 && wtid == 0)
+    printf("attn_sm90 clocks L %d block %d wg %d: prologue %lld tile-wait %lld s %lld softmax %lld pv-wait %lld "
+           "drain+o %lld sync %lld\n", L, int(blockIdx.x), wg, phase_[0], phase_[1], phase_[2], phase_[3], phase_[4],
+           phase_[5], phase_[6]);
+#endif
+#endif  // AXIAL_FUSED_SM90
+}
+
+template <class T, int D, int HEADS>
+__global__ void __launch_bounds__(256, AttnSm90<T, D, HEADS>::MINB) attn_sm90_kernel(const __grid_constant__ PassParams p) {
+#if AXIAL_FUSED_SM90
+  pdl_entry();
+  attn_sm90_body<T, D, HEADS>(p);
+#else
+  __trap();
+#endif
+}
+
+// The attention alone (AttnSm90's SPLIT, BM queries a block); out_gemm_sm90_kernel runs the output
+// projection after it.
+template <class T, int D, int HEADS, int BM>
+__global__ void __launch_bounds__(256, 1) attn_sm90_split_kernel(const __grid_constant__ PassParams p) {
+#if AXIAL_FUSED_SM90
+  pdl_entry();
+  attn_sm90_body<T, D, HEADS, false, BM>(p);
+#else
+  __trap();
+#endif
+}
+
+// The output projection's weight by tensor-map copies (AttnSm90::OUT_TMA); `omap` as attn_sm90_body says.
+template <class T, int D, int HEADS>
+__global__ void __launch_bounds__(256, AttnSm90<T, D, HEADS>::MINB)
+    attn_sm90_otma_kernel(const __grid_constant__ PassParams p, const __grid_constant__ CUtensorMap omap) {
+#if AXIAL_FUSED_SM90
+  pdl_entry();
+  attn_sm90_body<T, D, HEADS, true>(p, &omap);
+#else
+  __trap();
+#endif
+}
+
+
+}  // namespace axial_fused

@@ -1,0 +1,164 @@
+// K1 on Hopper: LN + QKV of the two-kernel pass on sm_90a, 16-bit (kPathTwoKernel's first kernel):
+// BM tokens a block, their normalised rows resident in shared memory (SW128, the wgmma A operand),
+// the QKV weight streamed by a producer warp into two consumer warpgroups' wgmma (wg_gemm_ws_*), the
+// q/k/v rows written to the scratch as 16-byte vectors. Same output as ln_qkv_kernel.
+#pragma once
+#include <cuda.h>  // CUtensorMap
+
+#include "axial_fused/sm90/layernorm_sw128.cuh"
+#include "axial_fused/sm90/wg_gemm.cuh"
+
+namespace axial_fused {
+
+// K1's configuration for one (dtype, dim): the choices of the sm_90a LN + QKV kernel, in one place.
+template <class T, int D>
+struct QkvSm90 {
+  static constexpr int N = 3 * D;
+  // Weight chunks 32 columns deep (64-byte rows, SW64): half the bytes of a 64-deep stage, so
+  // 128-wide chunks fit beside a 128-token A at D = 768, and twice per SM at D = 256.
+  static constexpr int KW = 32;
+  // Two-block clusters sharing each weight chunk by TMA multicast (wg_gemm_tma_produce): half the
+  // weight's L2 reads, which pays where the weight is a large share of the traffic (D >= 512).
+  static constexpr bool TMA = D >= 512;
+  // Register A (RS below) and the wide form: where the cluster form's ring is held to a few stages by
+  // A's size (a 128-token A that leaves room for fewer than five 8 KB stages but at least three: D =
+  // 768), the producer is a whole warpgroup (384 threads; one thread still issues the copies) so that
+  // registers move to the consumers with setmaxnreg (producer 40 a thread, consumers 232, as
+  // FlashAttention-3 splits them), room for RS_PANELS panels of A in registers. (Decided before the
+  // budget below, which depends on it through the barriers.)
+  static constexpr bool RS_MAY = TMA && size_t(256) * D + 5 * 8192 > 227 * 1024 &&
+                                 size_t(256) * D + 3 * 8192 + 4096 <= 227 * 1024;
+  static constexpr size_t BAR_BYTES = (RS_MAY ? 32 : 16) * 8;  // full[SB] and empty[SB], SB <= 8 (16 with RS)
+  static constexpr bool WIDE = RS_MAY;
+  static constexpr int THREADS = WIDE ? 384 : 288;  // two consumer warpgroups + the producer warp(group)
+  static constexpr size_t SLACK = 128 * sizeof(int64_t) + BAR_BYTES + 1024;  // row offsets, barriers, alignment
+  static constexpr size_t BUDGET = 227 * 1024 - SLACK;           // one block's opt-in limit
+  static constexpr int WGM = size_t(128) * D * 2 + 3 * 8192 <= BUDGET ? 2 : 1;  // 128 or 64 tokens per block
+  static constexpr int BM = 64 * WGM, WGN = 2 / WGM;
+  static constexpr size_t A_BYTES = size_t(BM) * D * 2;
+  static constexpr size_t stage_bytes(int bnw) { return size_t(WGN) * bnw * KW * 2; }
+  // 128-wide weight chunks (m64n128: half the barriers and less shared-memory traffic per flop than
+  // n64) wherever 3 stages of them fit, else 64-wide ones.
+  static constexpr int BNW = N % (WGN * 128) == 0 && A_BYTES + 3 * stage_bytes(128) <= BUDGET ? 128 : 64;
+  static constexpr size_t STAGE = stage_bytes(BNW);
+  // The ring: as many stages as fit, 3 to 4.
+  static constexpr int S_FIT = int((BUDGET - A_BYTES) / STAGE);
+  static constexpr int S_CAP = 4;
+  static constexpr int S = S_FIT < 3 ? 3 : S_FIT < S_CAP ? S_FIT : S_CAP;
+  static constexpr size_t SMEM = SLACK + A_BYTES + S * STAGE;
+  // RS: with a 4-stage ring beside 192 KB of A (D = 768) K1 waits on its weight stream's latency.
+  // With RS each consumer thread loads its rows' first 64n columns of A as wgmma A fragments (KR = 4n
+  // k-steps, 16n registers) once LayerNorm is done, and the ring (stages 0 .. S - 1 first, then SB - S
+  // more over A's first n panels, which the layout puts right after the ring) has SB stages. The
+  // register budget bounds n: the wide form's 232 registers a consumer thread take n = 6 (16 stages,
+  // 128 KB in flight). Only where the ring is held by A's size (S_FIT <= S_CAP: D = 768; not D = 512,
+  // whose ring could grow without it).
+  static constexpr int RS_PANELS = 6;  // 64-column panels of A held in registers
+  static constexpr size_t RS_BYTES = size_t(BM) * 128 * RS_PANELS;
+  static constexpr bool RS = RS_MAY && WGM == 2 && S_FIT <= S_CAP && RS_PANELS * 64 < D && RS_BYTES % STAGE == 0 &&
+                             S + RS_BYTES / STAGE <= 16;
+  static constexpr int KR = RS ? 4 * RS_PANELS : 0;
+  static constexpr int SB = RS ? S + int(RS_BYTES / STAGE) : S;
+  // Blocks per SM the register budget is set for (228 KB of shared memory, 1 KB reserved per block).
+  static constexpr int MINB = 2 * (SMEM + 1024) <= 228 * 1024 ? 2 : 1;
+  static_assert(S <= 8 && (BNW == 64 || BNW == 128), "the warp-specialized product's limits");
+  static_assert(A_BYTES + S * STAGE <= BUDGET && N % (WGN * BNW) == 0, "no Hopper QKV configuration fits");
+};
+
+// The body of K1 (ln_qkv_sm90_kernel); TMA: the cluster form (ln_qkv_sm90_tma_kernel),
+// `wmap` the QKV weight's tensor map.
+template <class T, int D, bool TMA>
+__device__ __forceinline__ void ln_qkv_sm90_body(const PassParams& p, const void* wmap) {
+  using C = QkvSm90<T, D>;
+  constexpr int BM = C::BM;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  int64_t* xo = reinterpret_cast<int64_t*>(smem_raw);  // BM row offsets into x
+  unsigned char* base = smem_raw + BM * sizeof(int64_t) + C::BAR_BYTES;
+  base += (1024 - (smem_u32(base) & 1023)) & 1023;
+  // Register A (C::RS) only in the cluster form: the one-block kernel of the same specialization (the
+  // fallback where no tensor map can be encoded) keeps the plain ring, its cp.async producer knowing
+  // nothing of stages over A.
+  constexpr bool RS = C::RS && TMA;
+  constexpr int SB = RS ? C::SB : C::S, KR = RS ? C::KR : 0;
+  // A then the ring; with RS the ring's first S stages, then A (whose first KR k-steps' panels become
+  // stages S .. SB - 1 once the consumers hold them in registers).
+  T* A = reinterpret_cast<T*>(base + (RS ? C::S * C::STAGE : 0));
+  T* ws = reinterpret_cast<T*>(base + (RS ? 0 : C::A_BYTES));
+  const int64_t L = p.len, tokens = p.num_seq * L, t0 = int64_t(blockIdx.x) * BM;
+  // Each 16-byte vector goes out as one STG.E.128 (st_global_16), addressed from the block's first
+  // row with 32-bit offsets and checked against its row count, so no store recomputes a 64-bit
+  // product and compare.
+  T* const qkv = static_cast<T*>(p.scratch) + t0 * C::N;
+  const int rows = tokens - t0 < BM ? int(tokens - t0) : BM;
+  auto store = [&](int r, int c, uint4 v) {
+    if (r < rows) st_global_16(qkv + (r * C::N + c), v);
+  };
+
+  // 1. Request the tile's raw rows (straight into their SW128 places; rows past the end read as 0).
+  for (int r = threadIdx.x; r < BM; r += 256) xo[r] = t0 + r < tokens ? x_offset(p, (t0 + r) / L, (t0 + r) % L) : -1;
+  // full[S] then empty[S], after the row offsets; the producer warp (threads 256..287) streams the
+  // weight from the start, the two consumer warpgroups load and normalise the rows meanwhile.
+  // With TMA, full[s] takes the local producer's one arrival (its expected bytes), empty[s] one
+  // arrival per consumer warp of both blocks, and every thread of the cluster syncs after the inits
+  // (before any remote arrival or multicast) and before leaving (while the other block may still
+  // arrive on this one's barriers).
+  const uint32_t full = smem_u32(smem_raw + BM * sizeof(int64_t)), empty = full + 8 * SB;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < SB; ++s) {
+      mbar_init(full + 8 * s, TMA ? 1 : 32);
+      mbar_init(empty + 8 * s, TMA ? 8 * kQkvCluster : 8);
+    }
+    if constexpr (TMA) fence_mbar_init_cluster();
+  }
+  if constexpr (TMA) {
+    cluster_sync();
+  } else {
+    __syncthreads();
+  }
+  if (threadIdx.x >= 256) {
+    if constexpr (C::WIDE) setmaxnreg_dec<40>();
+    if constexpr (TMA) {
+      if (threadIdx.x == 256)
+        wg_gemm_tma_produce<C::WGN * C::BNW, C::N, D, SB, C::KW, C::S>(wmap, smem_u32(ws), full, empty,
+                                                                          cluster_rank());
+      cluster_sync();
+    } else if (!C::WIDE || threadIdx.x < 288) {  // (one producer warp: `full` counts its 32 lanes)
+      wg_gemm_ws_produce<T, C::WGN * C::BNW, C::N, D, C::S, C::KW>(static_cast<const T*>(p.w_qkv), ws, full, empty);
+    }
+    return;
+  }
+  if constexpr (C::WIDE) setmaxnreg_inc<232>();
+  request_rows_sw128<T, D, BM>(p, A, xo);
+  cp_async_wait<0>();
+  named_sync(1, 256);
+  layernorm_sw128<T, D, BM>(p, A);
+  named_sync(1, 256);  // every row normalised and fenced before either warpgroup reads A
+  wg_gemm_ws_consume<T, C::WGM, C::WGN, C::BNW, C::N, D, SB, C::KW, TMA, KR, C::S>(A, ws, full, empty, store);
+  if constexpr (TMA) cluster_sync();
+}
+
+template <class T, int D>
+__global__ void __launch_bounds__(QkvSm90<T, D>::THREADS, QkvSm90<T, D>::MINB)
+    ln_qkv_sm90_kernel(const __grid_constant__ PassParams p) {
+#if AXIAL_FUSED_SM90
+  pdl_entry();
+  ln_qkv_sm90_body<T, D, false>(p, nullptr);
+#else
+  __trap();
+#endif
+}
+
+// K1 in clusters (QkvSm90::TMA): pairs of blocks (launched with a cluster attribute; grid rounded up
+// to even; a block past the tokens still takes part in the copies and stores nothing).
+template <class T, int D>
+__global__ void __launch_bounds__(QkvSm90<T, D>::THREADS, QkvSm90<T, D>::MINB)
+    ln_qkv_sm90_tma_kernel(const __grid_constant__ PassParams p, const __grid_constant__ CUtensorMap wmap) {
+#if AXIAL_FUSED_SM90
+  pdl_entry();
+  ln_qkv_sm90_body<T, D, true>(p, &wmap);
+#else
+  __trap();
+#endif
+}
+
+}  // namespace axial_fused

@@ -1,0 +1,85 @@
+"""Where the CPU time of one eager call goes (GPU machine): the Python checks, the dispatcher call into
+the op, and the whole `axial_attention` call, timed on the host over many calls.
+
+    PYTHONPATH=src python3 scripts/dev/call_overhead.py [--after-compile]
+
+A 1x1x1 grid keeps the GPU side (two launches, a few µs) below the host time, so the wall time per
+call is the host's; the seed shape shows what the benchmark's `fused` peer sees.
+"""
+from __future__ import annotations
+
+import sys
+import time
+
+import torch
+
+import axial_fused as af
+from axial_fused import functional as F
+
+
+def per_call_us(fn, n: int = 3000) -> float:
+    for _ in range(200):
+        fn()
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(5):
+        t = time.perf_counter()
+        for _ in range(n):
+            fn()
+        torch.cuda.synchronize()
+        best = min(best, (time.perf_counter() - t) / n * 1e6)
+    return best
+
+
+def after_compile(dim: int = 64, heads: int = 4) -> None:
+    """The whole call at the seed shape in a fresh process, then after a torch.compile of another
+    model in the same process (the benchmark's situation: its compile peers run before ours), then
+    with that heap frozen (gc.freeze): whether the cost that a compile leaves behind is the cyclic
+    collector's."""
+    import gc
+    m = af.AxialAttention(dim, heads).cuda().bfloat16()
+    w = af.AxialWeights.from_module(m)
+    x = torch.randn(4, 32, 32, dim, device="cuda", dtype=torch.bfloat16)
+    with torch.inference_mode():
+        call = lambda: af.axial_attention(x, w)
+        print(f"  {per_call_us(call):8.1f}  axial_attention, seed shape, fresh process")
+        ref = af.reference.AxialAttentionReference(dim, heads).cuda().bfloat16()
+        cm = torch.compile(ref, mode="reduce-overhead")
+        for _ in range(3):
+            cm(x)
+        print(f"  {per_call_us(call):8.1f}  the same after torch.compile(reference, mode='reduce-overhead') ran "
+              f"({len(gc.get_objects())} objects tracked by gc)")
+        gc.collect()
+        gc.freeze()
+        print(f"  {per_call_us(call):8.1f}  the same after gc.collect(); gc.freeze()")
+
+
+def main() -> None:
+    if "--after-compile" in sys.argv:
+        after_compile()
+        return
+    torch.manual_seed(0)
+    dim, heads = 64, 4
+    m = af.AxialAttention(dim, heads).cuda().bfloat16()
+    w = af.AxialWeights.from_module(m)
+    op = torch.ops.axial_fused.axial_attention
+    for shape in ((1, 1, 1, dim), (4, 32, 32, dim)):
+        x = torch.randn(*shape, device="cuda", dtype=torch.bfloat16)
+        with torch.inference_mode():
+            rows = {
+                "python checks (_check_pass x2, heads, eps, x)": lambda: (
+                    F._check_pass(w.row, "row"), F._check_pass(w.col, "col", dim), F._check_heads(heads, dim),
+                    F._check_eps(w.eps), F._check_x(x, dim, w.row.norm_weight)),
+                "python decision (_reason)": lambda: F._reason(x, (w.row, w.col), dim, heads),
+                "torch.ops call (dispatcher + C++ checks + 2 launches)": lambda: op(x, *w.row, *w.col, heads, w.eps),
+                "axial_attention (what a user calls)": lambda: af.axial_attention(x, w),
+                "axial_attention(strict=True)": lambda: af.axial_attention(x, w, strict=True),
+                "nn.Module forward": lambda: m(x),
+            }
+            print(f"x {tuple(shape)} bfloat16, inference_mode: µs per call (best of 5 x 3000)")
+            for name, fn in rows.items():
+                print(f"  {per_call_us(fn):8.1f}  {name}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,44 @@
+"""What cuBLAS reaches on our kernels' matrix products, for reference (not a peer of the benchmark):
+
+    python scripts/dev/gemm_ceiling.py [SHAPE ...]
+
+For each benchmark shape, times torch.matmul (cuBLAS, bf16) on the QKV product [N, D] x [D, 3D] and
+the output projection [N, D] x [D, D] of one pass (N = B*H*W tokens), on random data, and prints
+microseconds and TFLOP/s: the rate our K1 / out-projection could aim for with an ordinary GEMM.
+"""
+import sys
+
+import torch
+
+from axial_fused import bench
+
+
+def time_us(fn, reps: int = 50) -> float:
+    for _ in range(5):
+        fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(reps):
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def main() -> None:
+    for name in sys.argv[1:] or ["msa", "esm", "latent"]:
+        B, H, W, D, heads, dt = bench.resolve_shape(name)
+        n = B * H * W
+        dtype = bench.DTYPES[dt]
+        x = torch.randn(n, D, device="cuda", dtype=dtype)
+        for label, cols in (("qkv", 3 * D), ("out", D)):
+            w = torch.randn(cols, D, device="cuda", dtype=dtype) / D**0.5
+            us = time_us(lambda: torch.matmul(x, w.t()))
+            print(f"{name} {label} [{n}, {D}] x [{D}, {cols}]: {us:.1f} us, {2 * n * D * cols / us / 1e6:.0f} TFLOP/s")
+
+
+if __name__ == "__main__":
+    main()
