@@ -10,7 +10,7 @@ copies once), the scale and shift of x, the scales of the weights, the kernel pa
 is unsupported on purpose (an uncompiled (dim, heads), or float64): then
 ``fallback_reason`` must say why, ``strict=True`` must raise and the fallback must be correct.
 
-GPU (default when CUDA is present): strict fused calls checked by tests/test_gpu.py's ``check`` (NaN-
+GPU (default when CUDA is present): strict fused calls checked by tests/test_kernels.py's ``check`` (NaN-
 poisoned allocator, error vs float64 <= 2 x PyTorch's own error at that dtype + floor; float32 without
 TF32 within 1e-5).  ``--device cpu``: a self-test of the generator and of the fallback (reference) path
 on every layout, against the float64 implementation with fixed per-dtype bounds (CI runs it).
@@ -135,7 +135,7 @@ def reference64(x, w, cfg):
 
 def run_gpu(cfg: dict) -> str:
     """One configuration on the GPU; returns 'fused' or 'fallback', raises AssertionError on a failure."""
-    import test_gpu  # the GPU tests' tolerance rule, NaN poisoning and path / TF32 switches
+    import test_kernels  # the GPU tests' tolerance rule, NaN poisoning and path / TF32 switches
 
     x, w = make_x(cfg, "cuda"), make_w(cfg, "cuda")
     if cfg["unsupported"]:
@@ -157,13 +157,13 @@ def run_gpu(cfg: dict) -> str:
         else:  # the fallback is PyTorch at x.dtype: the same rule as the fused path, against the reference model
             torch_out = (af.reference.reference_axial_attention(x, w) if cfg["fn"] == "attention" else
                          af.reference.reference_pass(x, *w.row, num_heads=w.num_heads, axis=cfg["fn"], eps=w.eps))
-            tol = 2 * rel_err(torch_out, ref) + test_gpu.FLOOR[out.dtype]
+            tol = 2 * rel_err(torch_out, ref) + test_kernels.FLOOR[out.dtype]
         assert out.shape == x.shape and err <= tol, f"fallback error {err:.3g} > {tol:.3g}"
         return "fallback"
     path = _ext.PATHS[cfg["path"]]
     fn, axis = ("attention", "row") if cfg["fn"] == "attention" else ("pass", cfg["fn"])
-    with test_gpu.force_path(path), test_gpu.tf32(cfg["tf32"]):
-        test_gpu.check(x, w, fn=fn, axis=axis)
+    with test_kernels.force_path(path), test_kernels.tf32(cfg["tf32"]):
+        test_kernels.check(x, w, fn=fn, axis=axis)
     return "fused"
 
 

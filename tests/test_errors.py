@@ -1,6 +1,6 @@
 """Bad input (CPU, in CI): the rows of docs/errors.md that need no GPU, through the Python API and
 through the registered operator on meta tensors (its shape-only kernel runs the same shape, dtype and
-device checks as the CUDA kernel). tests/test_cpu.py holds the older error tests; this file extends
+device checks as the CUDA kernel). tests/test_api.py holds the first error tests; this file extends
 them, and checks that the table and the tests stay in step."""
 from __future__ import annotations
 
@@ -224,7 +224,7 @@ def test_op_checks_under_fake_tensors():
 
 def test_every_row_has_a_test():
     """Each test docs/errors.md names exists in the file its prefix names."""
-    files = {"E": "test_errors.py", "C": "test_cpu.py", "G": "test_robust_gpu.py"}
+    files = {"E": "test_errors.py", "C": "test_api.py", "G": "test_kernel_edge_cases.py"}
     with open(os.path.join(ROOT, "docs", "errors.md")) as f:
         doc = f.read()
     rows = [line for line in doc.splitlines() if re.match(r"\| \d+ \|", line)]

@@ -5,7 +5,7 @@
 It takes blocks of 128 queries (64 above D = 256) of one sequence and streams that sequence's keys
 and values in tiles of 128 (head_dim 32) or 64 (head_dim 64), so the lengths below cover one partial
 tile, whole tiles, a last partial tile and many tiles, on both axes. Same tolerance as
-tests/test_gpu.py (strict=True, NaN-poisoned allocator, float64 reference).
+tests/test_kernels.py (strict=True, NaN-poisoned allocator, float64 reference).
 """
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import torch
 
 from axial_fused import _ext
 from helpers import make_weights, rand_x
-from test_gpu import DTYPES, MAX_ELEMS, check, force_path, specs, tf32
+from test_kernels import DTYPES, MAX_ELEMS, check, force_path, specs, tf32
 from test_hopper_fused import hopper_ready, kernels_launched
-from test_robust_gpu import check_nonfinite_isolated, run
+from test_kernel_edge_cases import check_nonfinite_isolated, run
 
 TWO_KERNEL = 1  # kPathTwoKernel
 

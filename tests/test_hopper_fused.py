@@ -4,7 +4,7 @@ compute capability 9.0 GPU.
 
 It serves 16-bit dtypes at head_dim 32 with an even number of heads and D <= 256 (the 128x4, 192x6
 and 256x8 specializations) for sequence lengths up to 128: one block of two warpgroups per 128 token
-rows (one sequence, or 128 / L short ones packed). Same tolerance as tests/test_gpu.py (strict=True,
+rows (one sequence, or 128 / L short ones packed). Same tolerance as tests/test_kernels.py (strict=True,
 NaN-poisoned allocator, float64 reference).
 """
 from __future__ import annotations
@@ -14,8 +14,8 @@ import torch
 
 from axial_fused import _ext
 from helpers import make_weights, rand_x
-from test_gpu import DTYPES, check, force_path, specs, tf32
-from test_robust_gpu import check_nonfinite_isolated, run
+from test_kernels import DTYPES, check, force_path, specs, tf32
+from test_kernel_edge_cases import check_nonfinite_isolated, run
 
 HOPPER_FUSED = 2  # kPathFusedSm90
 

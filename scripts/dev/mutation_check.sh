@@ -4,7 +4,7 @@
 # file is restored from its copy afterwards. Run on the GPU machine (its working tree is a copy) after the
 # real tests: it leaves the last mutation's build in place, so rebuild before anything else.
 # Usage (repo root):
-#   MUTATIONS="include/axial_fused/pass_kernel.cuh|s/a + (res.x + bv.x)/a + res.x/" \
+#   MUTATIONS="include/axial_fused/common/epilogue.cuh|s/a + (res.x + bv.x)/a + res.x/" \
 #   AXIAL_FUSED_SPECS=256x8:bf16 TESTS="tests/test_hopper_attention.py" bash scripts/dev/mutation_check.sh
 set -uo pipefail
 OUT=${OUT:-$PWD/device_out}; mkdir -p "$OUT"

@@ -173,7 +173,7 @@ def _check_x(x, dim: int, wref: torch.Tensor) -> None:
 # Everything here must trace under torch.compile(fullgraph=True) and torch.export: attribute reads,
 # grad/autocast state (both understood by dynamo) and one function marked constant for the
 # compiler (_device_reason). Layout (strides, alignment) is not decided here: the op copies a
-# layout its kernels cannot read (csrc/binding.cpp), since data_ptr() cannot be read while tracing.
+# layout its kernels cannot read (csrc/ops.cpp), since data_ptr() cannot be read while tracing.
 
 _DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 _device_reason_cache: dict[tuple, str | None] = {}

@@ -15,7 +15,7 @@ import torch
 import axial_fused as af
 from axial_fused import _ext
 from helpers import attention64, make_weights, pass64, rand_x, rel_err, to64
-from test_gpu import DTYPES, FLOOR, _small_spec, check, force_path, tf32
+from test_kernels import DTYPES, FLOOR, _small_spec, check, force_path, tf32
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts"))
 import fuzz  # noqa: E402

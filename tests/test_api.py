@@ -1,4 +1,4 @@
-"""CPU tests (CI): the reference against an independent float64 implementation, weight plumbing,
+"""The Python API and the reference on the CPU (CI): the reference against an independent float64 implementation, weight plumbing,
 fallback reasons, errors for bad input, the registered op's shape inference, the compiled set."""
 from __future__ import annotations
 
