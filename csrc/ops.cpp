@@ -268,6 +268,7 @@ at::Tensor axial_attention_autocast(const at::Tensor& x, const at::Tensor& rnw, 
 }
 
 const char* dtype_name(int d) { return d == kFloat32 ? "float32" : d == kFloat16 ? "float16" : "bfloat16"; }
+int dtype_from_name(const std::string& n) { return n == "float32" ? kFloat32 : n == "float16" ? kFloat16 : kBFloat16; }
 
 
 }  // namespace
@@ -331,7 +332,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("plan", [](const std::string& dtype, int dim, int heads, int64_t num_seq, int len, bool tf32, int arch,
                    bool sm90a, int sms, int smem_optin, int forced) {
     // The planner's choice for a pass on a described device (no GPU needed): (path, sequences per block).
-    const int dt = dtype == "float32" ? kFloat32 : dtype == "float16" ? kFloat16 : kBFloat16;
+    const int dt = dtype_from_name(dtype);
     const SpecInfo* s = find_spec(dt, dim, heads);
     TORCH_CHECK_VALUE(s != nullptr, "axial_fused: no compiled specialization for ", dtype, ", dim ", dim, ", heads ",
                       heads);
@@ -347,7 +348,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("device_smem_optin", [](int device) { return device_info(device).smem_optin; });
   m.def("fits_device", [](const std::string& dtype, int dim, int heads, int device) {
     // Whether the two-kernel path (the smaller) fits this device's shared memory, in either fp32 mode.
-    const int dt = dtype == "float32" ? kFloat32 : dtype == "float16" ? kFloat16 : kBFloat16;
+    const int dt = dtype_from_name(dtype);
     const SpecInfo* s = find_spec(dt, dim, heads);
     if (s == nullptr) return false;
     const size_t limit = size_t(device_info(device).smem_optin);

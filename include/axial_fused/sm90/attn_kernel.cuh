@@ -49,7 +49,6 @@ struct AttnSm90 {
   static constexpr int BM = SPLIT ? SPLIT : PAIR || D > 256 ? 64 : 128;  // queries per block
   static constexpr int MT = BM / 64;                       // 64-row halves
   static constexpr int BN = HD == 32 && !PAIR ? 128 : 64;  // keys per tile
-  static constexpr bool WANT2 = PAIR;
   static constexpr int RB = HD * 2;                              // bytes per row of one head's q, k or v
   static constexpr size_t OFFS = SPLIT ? 0 : 2ull * BM * sizeof(int64_t);  // row offsets of x and out
   static constexpr size_t O_BYTES = SPLIT ? 0 : size_t(BM) * D * 2;  // attention output tile, SW128
@@ -57,7 +56,7 @@ struct AttnSm90 {
   static constexpr size_t STAGE = 2ull * BN * RB;               // one key tile: k rows, then v rows
   // Per warpgroup: two query buffers (this head's, the next one's) and SW ring stages.
   static constexpr size_t FIXED = 1024 + OFFS + O_BYTES + 2 * 2 * Q_BYTES;
-  static constexpr int MINB = WANT2 && FIXED + 2 * 2 * STAGE <= 113 * 1024 ? 2 : 1;
+  static constexpr int MINB = PAIR && FIXED + 2 * 2 * STAGE <= 113 * 1024 ? 2 : 1;
   static constexpr size_t SMEM_MAX = MINB == 2 ? 113 * 1024 : 227 * 1024;  // per block
   static constexpr int SW_FIT = FIXED < SMEM_MAX ? int((SMEM_MAX - FIXED) / (2 * STAGE)) : 0;
   static constexpr int SW = SW_FIT > 4 ? 4 : SW_FIT;

@@ -121,8 +121,8 @@ __device__ __forceinline__ void wg_gemm(const T* A, const T* W, T* ws, Epi&& epi
   using Add = typename AddendOf<std::decay_t<Epi>, PREFETCH>::type;
   Add add[PREFETCH ? BNW / 8 : 1][2];
   for (int nc = 0; nc < N / CN; ++nc) {
-    if constexpr (PREFETCH) {  // the chunk's addends, in flight while its products run (load_addends,
-      // written out: the call changed one kernel's instruction schedule, attn_out_kernel at 192x6 fp16)
+    if constexpr (PREFETCH) {  // the chunk's addends, in flight while its products run (load_addends
+      // written out: calling it changes attn_out_kernel's instruction schedule at 192x6 fp16)
       const int n0 = nc * CN + wn * BNW, r0 = wm * 64 + warp * 16 + g;
 #pragma unroll
       for (int j = 0; j < BNW / 8; ++j) {
