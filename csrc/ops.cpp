@@ -69,16 +69,88 @@ at::Tensor packed_weight(const at::Tensor& w) {
   return ok ? w : w.clone(at::MemoryFormat::Contiguous);
 }
 
+at::Tensor packed_opt(const at::Tensor& w) { return w.defined() ? packed_weight(w) : w; }
+
 PassWeights packed(const PassWeights& w) {
   return {packed_weight(w.norm_w), packed_weight(w.norm_b), packed_weight(w.qkv_w), packed_weight(w.out_w),
-          packed_weight(w.out_b)};
+          packed_weight(w.out_b),  packed_opt(w.qkv_b),     packed_opt(w.gate_w),   packed_opt(w.gate_b)};
 }
 
+// The mask as the kernels read it: bytes, nonzero = present (a bool tensor is read as it is, any
+// other dtype compared with 0 once). Any strides.
+at::Tensor packed_mask(const at::Tensor& m) {
+  if (!m.defined()) return m;
+  return m.scalar_type() == at::kBool ? m : m.ne(0);
+}
 
-constexpr const char* kFields[] = {"norm_weight", "norm_bias", "qkv_weight", "out_weight", "out_bias"};
+// The logit bias as the Hopper attention kernel reads it: unit key stride, the other strides even and
+// the pointer aligned to two elements, so that each pair of adjacent keys is one aligned load
+// (FragmentTerms::load_keys). Any other layout, and an odd length (whose rows cannot all start at
+// even elements), is copied once into rows of even length (the last element unused): a few
+// microseconds against a pass over the grid. Broadcast (stride-0) dimensions stay as they are.
+at::Tensor packed_bias(const at::Tensor& b) {
+  if (!b.defined()) return b;
+  const auto even = [&](int d) { return b.size(d) == 1 || b.stride(d) % 2 == 0; };
+  const bool ok = (b.size(3) == 1 || b.stride(3) == 1) && even(0) && even(1) && even(2) && b.size(3) % 2 == 0 &&
+                  reinterpret_cast<uintptr_t>(b.data_ptr()) % (2 * b.element_size()) == 0;
+  if (ok) return b;
+  const int64_t L = b.size(3);
+  at::Tensor rows = at::empty({b.size(0), b.size(1), b.size(2), L + (L & 1)}, b.options());
+  at::Tensor view = rows.narrow(3, 0, L);
+  view.copy_(b);
+  return view;
+}
+
+constexpr int kWeightFields = 8;
+constexpr const char* kFields[kWeightFields] = {"norm_weight", "norm_bias", "qkv_weight", "out_weight",
+                                                "out_bias",    "qkv_bias",  "gate_weight", "gate_bias"};
 
 std::string weight_name(size_t pass, size_t num_passes, int field) {
   return std::string(num_passes == 2 ? (pass == 0 ? "row_" : "col_") : "") + kFields[field];
+}
+std::string pass_prefix(size_t pass, size_t num_passes) {
+  return num_passes == 2 ? (pass == 0 ? "row_" : "col_") : "";
+}
+
+const at::Tensor& opt(const std::optional<at::Tensor>& t) {
+  static const at::Tensor undefined;
+  return t.has_value() ? *t : undefined;
+}
+
+// The mask's and the pass's bias's checks (sizes, dtypes, devices). `bias_name`: the argument's name.
+void check_mask(const at::Tensor& x, const at::Tensor& mask) {
+  if (!mask.defined()) return;
+  TORCH_CHECK_VALUE(mask.dim() == 3 && mask.size(0) == x.size(0) && mask.size(1) == x.size(1) &&
+                        mask.size(2) == x.size(2),
+                    "axial_fused: mask has shape ", mask.sizes(), ", expected [B, H, W] = [", x.size(0), ", ",
+                    x.size(1), ", ", x.size(2), "] (x of shape ", x.sizes(), ")");
+  TORCH_CHECK_TYPE(mask.scalar_type() == at::kBool || at::isFloatingType(mask.scalar_type()) ||
+                       mask.scalar_type() == at::kByte,
+                   "axial_fused: mask is ", mask.scalar_type(),
+                   "; supported: bool, or 0/1 in uint8 or a floating dtype (true / 1: the token is present)");
+  TORCH_CHECK_VALUE(mask.device() == x.device(), "axial_fused: mask is on ", mask.device(), " but x is on ",
+                    x.device());
+}
+void check_bias(const at::Tensor& x, const at::Tensor& bias, int64_t num_heads, int64_t axis,
+                const std::string& bias_name) {
+  if (!bias.defined()) return;
+  const int64_t L = x.size(axis == 0 ? 2 : 1);
+  const char* len_name = axis == 0 ? "W" : "H";
+  TORCH_CHECK_VALUE(bias.dim() == 4, "axial_fused: ", bias_name, " must be [B or 1, heads, ", len_name, ", ",
+                    len_name, "] = [", x.size(0), " or 1, ", num_heads, ", ", L, ", ", L, "], got shape ",
+                    bias.sizes());
+  TORCH_CHECK_VALUE(bias.size(0) == 1 || bias.size(0) == x.size(0), "axial_fused: ", bias_name,
+                    " has batch dimension ", bias.size(0), ", which does not broadcast to x's batch ", x.size(0),
+                    " (expected 1 or ", x.size(0), ")");
+  TORCH_CHECK_VALUE(bias.size(1) == num_heads, "axial_fused: ", bias_name, " has ", bias.size(1),
+                    " heads (shape ", bias.sizes(), "), expected num_heads = ", num_heads);
+  TORCH_CHECK_VALUE(bias.size(2) == L && bias.size(3) == L, "axial_fused: ", bias_name, " has shape ",
+                    bias.sizes(), " but the ", axis == 0 ? "row" : "column", " pass has sequences of ", len_name,
+                    " = ", L, " tokens: expected [.., ", L, ", ", L, "]");
+  TORCH_CHECK_TYPE(bias.scalar_type() == at::kFloat || bias.scalar_type() == x.scalar_type(), "axial_fused: ",
+                   bias_name, " is ", bias.scalar_type(), "; supported: float32 or x's dtype (", x.scalar_type(), ")");
+  TORCH_CHECK_VALUE(bias.device() == x.device(), "axial_fused: ", bias_name, " is on ", bias.device(),
+                    " but x is on ", x.device());
 }
 
 void check_shapes(const at::Tensor& x, int64_t num_heads, double eps, const std::vector<PassWeights>& passes) {
@@ -91,19 +163,32 @@ void check_shapes(const at::Tensor& x, int64_t num_heads, double eps, const std:
   TORCH_CHECK_VALUE(std::isfinite(eps) && eps > 0, "axial_fused: eps must be a positive finite number, got ", eps);
   for (size_t i = 0; i < passes.size(); ++i) {
     const PassWeights& pw = passes[i];
-    const at::Tensor* ws[] = {&pw.norm_w, &pw.norm_b, &pw.qkv_w, &pw.out_w, &pw.out_b};
-    for (int f = 0; f < 5; ++f) {
+    const at::Tensor* ws[] = {&pw.norm_w, &pw.norm_b, &pw.qkv_w, &pw.out_w, &pw.out_b, &pw.qkv_b, &pw.gate_w, &pw.gate_b};
+    for (int f = 0; f < kWeightFields; ++f) {
+      if (f >= 5 && !ws[f]->defined()) continue;  // the optional ones
       const auto name = [&] { return weight_name(i, passes.size(), f); };
       if (f == 2) check_weight(*ws[f], x, name, {3 * D, D});
-      else if (f == 3) check_weight(*ws[f], x, name, {D, D});
+      else if (f == 3 || f == 6) check_weight(*ws[f], x, name, {D, D});
+      else if (f == 5) check_weight(*ws[f], x, name, {3 * D});
       else check_weight(*ws[f], x, name, {D});
     }
+    TORCH_CHECK_VALUE(!pw.gate_b.defined() || pw.gate_w.defined(), "axial_fused: ",
+                      weight_name(i, passes.size(), 7), " was given without ", weight_name(i, passes.size(), 6),
+                      "; the gate needs its weight [D, D]");
   }
   TORCH_CHECK_VALUE(x.size(1) >= 1 && x.size(2) >= 1, "axial_fused: H and W must be at least 1, got x of shape ",
                     x.sizes());
   // Offsets are 64-bit throughout; these bounds keep the kernels' 32-bit per-block token counts valid.
   TORCH_CHECK_VALUE(x.size(1) * x.size(2) < (1LL << 31) && x.size(1) <= (1 << 24) && x.size(2) <= (1 << 24),
                     "axial_fused: x of shape ", x.sizes(), " is too large: H * W must be below 2^31 and H, W at most 2^24");
+}
+
+// The per-call inputs of a pass (axis 0 / 1) or of both passes.
+void check_extras(const at::Tensor& x, int64_t num_heads, const at::Tensor& mask,
+                  std::initializer_list<std::pair<const at::Tensor*, int64_t>> biases, size_t num_passes) {
+  check_mask(x, mask);
+  size_t i = 0;
+  for (const auto& b : biases) check_bias(x, *b.first, num_heads, b.second, pass_prefix(i++, num_passes) + "bias");
 }
 
 // check_shapes plus what only the CUDA kernel needs: x on a CUDA device and a compiled specialization.
@@ -117,29 +202,46 @@ const SpecInfo* check_inputs(const at::Tensor& x, int64_t num_heads, double eps,
   return spec;
 }
 
+using OptT = std::optional<at::Tensor>;
 
-at::Tensor axial_pass_cuda(const at::Tensor& x, const at::Tensor& norm_w, const at::Tensor& norm_b,
-                           const at::Tensor& qkv_w, const at::Tensor& out_w, const at::Tensor& out_b, int64_t num_heads,
-                           int64_t axis, double eps) {
+PassWeights pass_weights(const at::Tensor& nw, const at::Tensor& nb, const at::Tensor& qkv, const at::Tensor& ow,
+                         const at::Tensor& ob, const OptT& qkv_b, const OptT& gate_w, const OptT& gate_b) {
+  return {nw, nb, qkv, ow, ob, opt(qkv_b), opt(gate_w), opt(gate_b)};
+}
+
+// The operators' arguments, spelled once: a pass's five weights, and its three optional ones (which
+// come after eps in the schema, so that a call with the five alone keeps its meaning).
+#define AXIAL_PASS_ARGS(p)                                                                              \
+  const at::Tensor &p##nw, const at::Tensor &p##nb, const at::Tensor &p##qkv, const at::Tensor &p##ow, \
+      const at::Tensor &p##ob
+#define AXIAL_PASS_OPT(p) const OptT &p##qkvb, const OptT &p##gw, const OptT &p##gb
+#define AXIAL_PASS_WEIGHTS(p) pass_weights(p##nw, p##nb, p##qkv, p##ow, p##ob, p##qkvb, p##gw, p##gb)
+#define AXIAL_PASS_FORWARD(p) p##nw, p##nb, p##qkv, p##ow, p##ob
+#define AXIAL_PASS_FORWARD_OPT(p) p##qkvb, p##gw, p##gb
+
+at::Tensor axial_pass_cuda(const at::Tensor& x, AXIAL_PASS_ARGS(), int64_t num_heads, int64_t axis, double eps,
+                           AXIAL_PASS_OPT(), const OptT& mask, const OptT& bias, bool residual) {
   check_axis(axis);
-  const PassWeights w{norm_w, norm_b, qkv_w, out_w, out_b};
+  const PassWeights w = AXIAL_PASS_WEIGHTS();
   const SpecInfo* spec = check_inputs(x, num_heads, eps, {w});
+  check_extras(x, num_heads, opt(mask), {{&opt(bias), axis}}, 1);
   const c10::cuda::CUDAGuard guard(x.device());
   at::Tensor out = at::empty(x.sizes(), x.options());
-  run_pass(spec, packed_x(x), out, packed(w), axis, eps);
+  run_pass(spec, packed_x(x), out, packed(w), axis, eps, {packed_mask(opt(mask)), packed_bias(opt(bias)), residual});
   return out;
 }
 
-at::Tensor axial_attention_cuda(const at::Tensor& x, const at::Tensor& rnw, const at::Tensor& rnb,
-                                const at::Tensor& rqkv, const at::Tensor& row, const at::Tensor& rob,
-                                const at::Tensor& cnw, const at::Tensor& cnb, const at::Tensor& cqkv,
-                                const at::Tensor& cow, const at::Tensor& cob, int64_t num_heads, double eps) {
-  const PassWeights row_w{rnw, rnb, rqkv, row, rob}, col_w{cnw, cnb, cqkv, cow, cob};
+at::Tensor axial_attention_cuda(const at::Tensor& x, AXIAL_PASS_ARGS(r), AXIAL_PASS_ARGS(c), int64_t num_heads,
+                                double eps, AXIAL_PASS_OPT(r), AXIAL_PASS_OPT(c), const OptT& mask, const OptT& row_bias, const OptT& col_bias,
+                                bool residual) {
+  const PassWeights row_w = AXIAL_PASS_WEIGHTS(r), col_w = AXIAL_PASS_WEIGHTS(c);
   const SpecInfo* spec = check_inputs(x, num_heads, eps, {row_w, col_w});
+  check_extras(x, num_heads, opt(mask), {{&opt(row_bias), 0}, {&opt(col_bias), 1}}, 2);
   const c10::cuda::CUDAGuard guard(x.device());
   at::Tensor out = at::empty(x.sizes(), x.options());
-  run_pass(spec, packed_x(x), out, packed(row_w), 0, eps);
-  run_pass(spec, out, out, packed(col_w), 1, eps);  // in place: each element is read before it is written
+  const at::Tensor m = packed_mask(opt(mask));
+  run_pass(spec, packed_x(x), out, packed(row_w), 0, eps, {m, packed_bias(opt(row_bias)), residual});
+  run_pass(spec, out, out, packed(col_w), 1, eps, {m, packed_bias(opt(col_bias)), residual});  // in place: each element is read before it is written
   return out;
 }
 
@@ -151,20 +253,32 @@ bool concrete(std::initializer_list<const at::Tensor*> ts) {
     if (t->defined() && t->unsafeGetTensorImpl()->has_symbolic_sizes_strides()) return false;
   return true;
 }
-at::Tensor axial_pass_meta(const at::Tensor& x, const at::Tensor& nw, const at::Tensor& nb, const at::Tensor& qkv,
-                           const at::Tensor& ow, const at::Tensor& ob, int64_t num_heads, int64_t axis, double eps) {
+bool concrete(const at::Tensor& x, const std::vector<PassWeights>& passes, std::initializer_list<const at::Tensor*> more) {
+  if (!concrete({&x}) || !concrete(more)) return false;
+  for (const PassWeights& w : passes)
+    if (!concrete({&w.norm_w, &w.norm_b, &w.qkv_w, &w.out_w, &w.out_b, &w.qkv_b, &w.gate_w, &w.gate_b})) return false;
+  return true;
+}
+at::Tensor axial_pass_meta(const at::Tensor& x, AXIAL_PASS_ARGS(), int64_t num_heads, int64_t axis, double eps,
+                           AXIAL_PASS_OPT(), const OptT& mask, const OptT& bias, bool residual) {
   check_rank(x);
   check_axis(axis);
-  if (concrete({&x, &nw, &nb, &qkv, &ow, &ob})) check_shapes(x, num_heads, eps, {PassWeights{nw, nb, qkv, ow, ob}});
+  const PassWeights w = AXIAL_PASS_WEIGHTS();
+  if (concrete(x, {w}, {&opt(mask), &opt(bias)})) {
+    check_shapes(x, num_heads, eps, {w});
+    check_extras(x, num_heads, opt(mask), {{&opt(bias), axis}}, 1);
+  }
   return at::empty_symint(x.sym_sizes(), x.options());
 }
-at::Tensor axial_attention_meta(const at::Tensor& x, const at::Tensor& rnw, const at::Tensor& rnb,
-                                const at::Tensor& rqkv, const at::Tensor& row, const at::Tensor& rob,
-                                const at::Tensor& cnw, const at::Tensor& cnb, const at::Tensor& cqkv,
-                                const at::Tensor& cow, const at::Tensor& cob, int64_t num_heads, double eps) {
+at::Tensor axial_attention_meta(const at::Tensor& x, AXIAL_PASS_ARGS(r), AXIAL_PASS_ARGS(c), int64_t num_heads,
+                                double eps, AXIAL_PASS_OPT(r), AXIAL_PASS_OPT(c), const OptT& mask, const OptT& row_bias, const OptT& col_bias,
+                                bool residual) {
   check_rank(x);
-  if (concrete({&x, &rnw, &rnb, &rqkv, &row, &rob, &cnw, &cnb, &cqkv, &cow, &cob}))
-    check_shapes(x, num_heads, eps, {PassWeights{rnw, rnb, rqkv, row, rob}, PassWeights{cnw, cnb, cqkv, cow, cob}});
+  const PassWeights row_w = AXIAL_PASS_WEIGHTS(r), col_w = AXIAL_PASS_WEIGHTS(c);
+  if (concrete(x, {row_w, col_w}, {&opt(mask), &opt(row_bias), &opt(col_bias)})) {
+    check_shapes(x, num_heads, eps, {row_w, col_w});
+    check_extras(x, num_heads, opt(mask), {{&opt(row_bias), 0}, {&opt(col_bias), 1}}, 2);
+  }
   return at::empty_symint(x.sym_sizes(), x.options());
 }
 
@@ -173,31 +287,50 @@ at::Tensor axial_attention_meta(const at::Tensor& x, const at::Tensor& rnw, cons
 // kernel computes the pass with differentiable ATen ops (the same formula as
 // axial_fused.reference.reference_pass), so a direct torch.ops call trains correctly on any device;
 // otherwise it hands the call to the kernel below autograd. Returns a contiguous tensor, like the kernel.
-at::Tensor reference_pass(const at::Tensor& x, const PassWeights& w, int64_t heads, int64_t axis, double eps) {
+at::Tensor reference_pass(const at::Tensor& x, const PassWeights& w, int64_t heads, int64_t axis, double eps,
+                          const PassExtras& ex) {
   check_rank(x);
   check_heads(x.size(3), heads);
   const at::Tensor xs = axis == 0 ? x : x.transpose(1, 2);  // sequences along dim 2
   const c10::SymInt B = xs.sym_size(0), S = xs.sym_size(1), L = xs.sym_size(2), D = xs.sym_size(3);
   const at::Tensor h = at::layer_norm_symint(xs, {D}, w.norm_w, w.norm_b, eps);
-  const at::Tensor qkv = at::linear(h, w.qkv_w).reshape_symint({B * S, L, 3, heads, D / heads}).permute({2, 0, 3, 1, 4});
+  const at::Tensor qkv = at::linear(h, w.qkv_w, w.qkv_b).reshape_symint({B * S, L, 3, heads, D / heads}).permute({2, 0, 3, 1, 4});
   const at::Tensor q = qkv[0], k = qkv[1], v = qkv[2];
-  // No sequences: torch 2.11's CUDA SDPA returns an undefined tensor for them in 16-bit dtypes, so
-  // the empty product (and its autograd graph) comes from plain matmuls.
-  const at::Tensor attn = q.sym_numel() == 0 ? at::matmul(at::matmul(q, k.transpose(-2, -1)), v)
-                                             : at::scaled_dot_product_attention(q, k, v);
-  const at::Tensor o = attn.transpose(1, 2).reshape_symint({B, S, L, D});
-  const at::Tensor out = xs + at::linear(o, w.out_w, w.out_b);
+  at::Tensor attn;
+  if (ex.mask.defined() || ex.bias.defined()) {
+    // logits [B, S, heads, L, L]: scaled scores + bias (shared by a batch element's sequences), then
+    // the absent keys' logits replaced (masked_fill; kMaskedLogit, or the dtype's lowest where smaller).
+    at::Tensor logits = at::matmul(q, k.transpose(-2, -1)).mul(1.0 / std::sqrt(double(x.size(3) / heads)));
+    logits = logits.reshape_symint({B, S, heads, L, L});
+    if (ex.bias.defined()) logits = logits + ex.bias.unsqueeze(1).to(logits.scalar_type());
+    if (ex.mask.defined()) {
+      const at::Tensor present = (axis == 0 ? ex.mask : ex.mask.transpose(1, 2)).ne(0);  // [B, S, L] keys
+      const double lowest = logits.scalar_type() == at::kHalf ? -65504.0 : double(kMaskedLogit);
+      logits = logits.masked_fill(present.logical_not().unsqueeze(2).unsqueeze(3), lowest);
+    }
+    attn = at::matmul(at::softmax(logits, -1).reshape_symint({B * S, heads, L, L}), v);
+  } else {
+    // No sequences: torch 2.11's CUDA SDPA returns an undefined tensor for them in 16-bit dtypes, so
+    // the empty product (and its autograd graph) comes from plain matmuls.
+    attn = q.sym_numel() == 0 ? at::matmul(at::matmul(q, k.transpose(-2, -1)), v) : at::scaled_dot_product_attention(q, k, v);
+  }
+  at::Tensor o = attn.transpose(1, 2).reshape_symint({B, S, L, D});
+  if (w.gate_w.defined()) o = o * at::sigmoid(at::linear(h, w.gate_w, w.gate_b));
+  const at::Tensor update = at::linear(o, w.out_w, w.out_b);
+  const at::Tensor out = ex.residual ? xs + update : update;
   return (axis == 0 ? out : out.transpose(1, 2)).contiguous();
 }
 
-bool grad_required(const at::Tensor& x, std::initializer_list<const PassWeights*> passes) {
+bool grad_required(const at::Tensor& x, std::initializer_list<const PassWeights*> passes,
+                   std::initializer_list<const at::Tensor*> more = {}) {
   if (!at::GradMode::is_enabled()) return false;
   // A missing (None) tensor is undefined: asking it requires_grad() would dereference nothing. The
   // kernel below reports it by name.
   bool any = x.defined() && x.requires_grad();
   for (const PassWeights* w : passes)
-    for (const at::Tensor* t : {&w->norm_w, &w->norm_b, &w->qkv_w, &w->out_w, &w->out_b})
+    for (const at::Tensor* t : {&w->norm_w, &w->norm_b, &w->qkv_w, &w->out_w, &w->out_b, &w->qkv_b, &w->gate_w, &w->gate_b})
       any |= t->defined() && t->requires_grad();
+  for (const at::Tensor* t : more) any |= t->defined() && t->requires_grad();
   return any;
 }
 
@@ -206,64 +339,74 @@ c10::TypedOperatorHandle<Fn> op_handle(const char* name) {
   return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Fn>();
 }
 
-at::Tensor axial_pass_autograd(const at::Tensor& x, const at::Tensor& norm_w, const at::Tensor& norm_b,
-                               const at::Tensor& qkv_w, const at::Tensor& out_w, const at::Tensor& out_b,
-                               int64_t num_heads, int64_t axis, double eps) {
-  const PassWeights w{norm_w, norm_b, qkv_w, out_w, out_b};
-  if (grad_required(x, {&w})) {
+at::Tensor axial_pass_autograd(const at::Tensor& x, AXIAL_PASS_ARGS(), int64_t num_heads, int64_t axis, double eps,
+                               AXIAL_PASS_OPT(), const OptT& mask, const OptT& bias, bool residual) {
+  const PassWeights w = AXIAL_PASS_WEIGHTS();
+  if (grad_required(x, {&w}, {&opt(bias)})) {
     check_axis(axis);
-    return reference_pass(x, w, num_heads, axis, eps);
+    check_extras(x, num_heads, opt(mask), {{&opt(bias), axis}}, 1);
+    return reference_pass(x, w, num_heads, axis, eps, {opt(mask), opt(bias), residual});
   }
   static const auto op = op_handle<decltype(axial_pass_cuda)>("axial_fused::axial_pass");
   const at::AutoDispatchBelowADInplaceOrView below_autograd;
-  return op.call(x, norm_w, norm_b, qkv_w, out_w, out_b, num_heads, axis, eps);
+  return op.call(x, AXIAL_PASS_FORWARD(), num_heads, axis, eps, AXIAL_PASS_FORWARD_OPT(), mask, bias, residual);
 }
 
-at::Tensor axial_attention_autograd(const at::Tensor& x, const at::Tensor& rnw, const at::Tensor& rnb,
-                                    const at::Tensor& rqkv, const at::Tensor& row, const at::Tensor& rob,
-                                    const at::Tensor& cnw, const at::Tensor& cnb, const at::Tensor& cqkv,
-                                    const at::Tensor& cow, const at::Tensor& cob, int64_t num_heads, double eps) {
-  const PassWeights row_w{rnw, rnb, rqkv, row, rob}, col_w{cnw, cnb, cqkv, cow, cob};
-  if (grad_required(x, {&row_w, &col_w}))
-    return reference_pass(reference_pass(x, row_w, num_heads, 0, eps), col_w, num_heads, 1, eps);
+at::Tensor axial_attention_autograd(const at::Tensor& x, AXIAL_PASS_ARGS(r), AXIAL_PASS_ARGS(c), int64_t num_heads,
+                                    double eps, AXIAL_PASS_OPT(r), AXIAL_PASS_OPT(c), const OptT& mask, const OptT& row_bias, const OptT& col_bias,
+                                    bool residual) {
+  const PassWeights row_w = AXIAL_PASS_WEIGHTS(r), col_w = AXIAL_PASS_WEIGHTS(c);
+  if (grad_required(x, {&row_w, &col_w}, {&opt(row_bias), &opt(col_bias)})) {
+    check_extras(x, num_heads, opt(mask), {{&opt(row_bias), 0}, {&opt(col_bias), 1}}, 2);
+    const at::Tensor y = reference_pass(x, row_w, num_heads, 0, eps, {opt(mask), opt(row_bias), residual});
+    return reference_pass(y, col_w, num_heads, 1, eps, {opt(mask), opt(col_bias), residual});
+  }
   static const auto op = op_handle<decltype(axial_attention_cuda)>("axial_fused::axial_attention");
   const at::AutoDispatchBelowADInplaceOrView below_autograd;
-  return op.call(x, rnw, rnb, rqkv, row, rob, cnw, cnb, cqkv, cow, cob, num_heads, eps);
+  return op.call(x, AXIAL_PASS_FORWARD(r), AXIAL_PASS_FORWARD(c), num_heads, eps, AXIAL_PASS_FORWARD_OPT(r),
+                 AXIAL_PASS_FORWARD_OPT(c), mask, row_bias, col_bias, residual);
 }
 
 // ---- Autocast (CUDA): the kernel of the autocast dtype, like nn.Linear -------------------------
 // Under torch.autocast("cuda", dtype=bf16) x and the weights are cast to bf16 (weights through
 // autocast's per-region cache, as nn.Linear's are) and the bf16 kernel runs. The result has the
 // dtype the reference model returns under autocast: its residual add x + linear(...) promotes
-// x's dtype with the autocast dtype (float32 x -> float32 out, bfloat16 x -> bfloat16 out).
+// x's dtype with the autocast dtype (float32 x -> float32 out, bfloat16 x -> bfloat16 out). The
+// mask is not cast; a float32 bias is read as it is (the kernels take float32 or x's dtype), any
+// other is cast with x.
 at::Tensor autocast_cast(const at::Tensor& t) {
   return at::autocast::cached_cast(at::autocast::get_autocast_dtype(at::kCUDA), t, c10::DeviceType::CUDA);
+}
+OptT autocast_opt(const OptT& t) { return t.has_value() ? OptT(autocast_cast(*t)) : t; }
+OptT autocast_bias(const OptT& t) {
+  return t.has_value() && t->scalar_type() != at::kFloat ? OptT(autocast_cast(*t)) : t;
 }
 
 at::ScalarType autocast_result_type(const at::Tensor& x) {
   return at::promote_types(x.scalar_type(), at::autocast::get_autocast_dtype(at::kCUDA));
 }
 
-at::Tensor axial_pass_autocast(const at::Tensor& x, const at::Tensor& norm_w, const at::Tensor& norm_b,
-                               const at::Tensor& qkv_w, const at::Tensor& out_w, const at::Tensor& out_b,
-                               int64_t num_heads, int64_t axis, double eps) {
+#define AXIAL_PASS_AUTOCAST(p) \
+  autocast_cast(p##nw), autocast_cast(p##nb), autocast_cast(p##qkv), autocast_cast(p##ow), autocast_cast(p##ob)
+#define AXIAL_PASS_AUTOCAST_OPT(p) autocast_opt(p##qkvb), autocast_opt(p##gw), autocast_opt(p##gb)
+
+at::Tensor axial_pass_autocast(const at::Tensor& x, AXIAL_PASS_ARGS(), int64_t num_heads, int64_t axis, double eps,
+                               AXIAL_PASS_OPT(), const OptT& mask, const OptT& bias, bool residual) {
   const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::DispatchKey::AutocastCUDA);
   static const auto op = op_handle<decltype(axial_pass_cuda)>("axial_fused::axial_pass");
-  const at::Tensor out = op.call(autocast_cast(x), autocast_cast(norm_w), autocast_cast(norm_b), autocast_cast(qkv_w),
-                                 autocast_cast(out_w), autocast_cast(out_b), num_heads, axis, eps);
+  const at::Tensor out = op.call(autocast_cast(x), AXIAL_PASS_AUTOCAST(), num_heads, axis, eps, AXIAL_PASS_AUTOCAST_OPT(),
+                                 mask, autocast_bias(bias), residual);
   return out.to(autocast_result_type(x));
 }
 
-at::Tensor axial_attention_autocast(const at::Tensor& x, const at::Tensor& rnw, const at::Tensor& rnb,
-                                    const at::Tensor& rqkv, const at::Tensor& row, const at::Tensor& rob,
-                                    const at::Tensor& cnw, const at::Tensor& cnb, const at::Tensor& cqkv,
-                                    const at::Tensor& cow, const at::Tensor& cob, int64_t num_heads, double eps) {
+at::Tensor axial_attention_autocast(const at::Tensor& x, AXIAL_PASS_ARGS(r), AXIAL_PASS_ARGS(c), int64_t num_heads,
+                                    double eps, AXIAL_PASS_OPT(r), AXIAL_PASS_OPT(c), const OptT& mask, const OptT& row_bias, const OptT& col_bias,
+                                    bool residual) {
   const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::DispatchKey::AutocastCUDA);
   static const auto op = op_handle<decltype(axial_attention_cuda)>("axial_fused::axial_attention");
-  const at::Tensor out =
-      op.call(autocast_cast(x), autocast_cast(rnw), autocast_cast(rnb), autocast_cast(rqkv), autocast_cast(row),
-              autocast_cast(rob), autocast_cast(cnw), autocast_cast(cnb), autocast_cast(cqkv), autocast_cast(cow),
-              autocast_cast(cob), num_heads, eps);
+  const at::Tensor out = op.call(autocast_cast(x), AXIAL_PASS_AUTOCAST(r), AXIAL_PASS_AUTOCAST(c), num_heads, eps,
+                                 AXIAL_PASS_AUTOCAST_OPT(r), AXIAL_PASS_AUTOCAST_OPT(c), mask, autocast_bias(row_bias),
+                                 autocast_bias(col_bias), residual);
   return out.to(autocast_result_type(x));
 }
 
@@ -274,13 +417,21 @@ int dtype_from_name(const std::string& n) { return n == "float32" ? kFloat32 : n
 }  // namespace
 
 TORCH_LIBRARY(axial_fused, m) {
+  // A pass's five weights (nn.LayerNorm / nn.Linear), num_heads, (axis,) eps; then the optional ones:
+  // its q/k/v bias [3D] and sigmoid gate (weight [D, D], bias [D]), and per call the key mask
+  // [B, H, W], the pass's logit bias [1 or B, heads, L, L] and whether the input is added back
+  // (docs/usage.md). A call with the five weights alone is the plain pass.
   m.def(
       "axial_pass(Tensor x, Tensor norm_weight, Tensor norm_bias, Tensor qkv_weight, Tensor out_weight, "
-      "Tensor out_bias, int num_heads, int axis, float eps) -> Tensor");
+      "Tensor out_bias, int num_heads, int axis, float eps, Tensor? qkv_bias=None, Tensor? gate_weight=None, "
+      "Tensor? gate_bias=None, Tensor? mask=None, Tensor? bias=None, bool residual=True) -> Tensor");
   m.def(
       "axial_attention(Tensor x, Tensor row_norm_weight, Tensor row_norm_bias, Tensor row_qkv_weight, "
       "Tensor row_out_weight, Tensor row_out_bias, Tensor col_norm_weight, Tensor col_norm_bias, "
-      "Tensor col_qkv_weight, Tensor col_out_weight, Tensor col_out_bias, int num_heads, float eps) -> Tensor");
+      "Tensor col_qkv_weight, Tensor col_out_weight, Tensor col_out_bias, int num_heads, float eps, "
+      "Tensor? row_qkv_bias=None, Tensor? row_gate_weight=None, Tensor? row_gate_bias=None, "
+      "Tensor? col_qkv_bias=None, Tensor? col_gate_weight=None, Tensor? col_gate_bias=None, Tensor? mask=None, "
+      "Tensor? row_bias=None, Tensor? col_bias=None, bool residual=True) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(axial_fused, CUDA, m) {
@@ -330,7 +481,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("set_path_override", [](int path) { g_path_override.store(path); },
         "force a path for tests and benchmarks: -1 automatic, 0 fused, 1 two-kernel, 2 Hopper fused");
   m.def("plan", [](const std::string& dtype, int dim, int heads, int64_t num_seq, int len, bool tf32, int arch,
-                   bool sm90a, int sms, int smem_optin, int forced) {
+                   bool sm90a, int sms, int smem_optin, int forced, bool gated) {
     // The planner's choice for a pass on a described device (no GPU needed): (path, sequences per block).
     const int dt = dtype_from_name(dtype);
     const SpecInfo* s = find_spec(dt, dim, heads);
@@ -341,10 +492,11 @@ PYBIND11_MODULE(_C, m) {
     dev.smem_optin = smem_optin;
     dev.arch = arch;
     dev.sm90a = sm90a && arch == 90;
-    const Plan plan = plan_pass(s, num_seq, len, dt == kFloat32 && tf32 ? kTf32 : kExactFp32, dev, forced);
+    const Plan plan = plan_pass(s, num_seq, len, dt == kFloat32 && tf32 ? kTf32 : kExactFp32, dev, forced, gated);
     return std::make_tuple(plan.path, plan.group);
   }, "the planner's (path, sequences per block) for a pass of num_seq sequences of len tokens on a device "
-     "described by (arch, sm90a, sms, smem_optin); forced: -1 automatic, else a path, as set_path_override");
+     "described by (arch, sm90a, sms, smem_optin); forced: -1 automatic, else a path, as set_path_override; "
+     "gated: the pass has the sigmoid gate");
   m.def("device_smem_optin", [](int device) { return device_info(device).smem_optin; });
   m.def("fits_device", [](const std::string& dtype, int dim, int heads, int device) {
     // Whether the two-kernel path (the smaller) fits this device's shared memory, in either fp32 mode.

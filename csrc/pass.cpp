@@ -70,7 +70,7 @@ namespace {
 // ---- the planner ---------------------------------------------------------------------------------
 
 // The Hopper fused kernel (kPathFusedSm90) exists for 16-bit, head_dim 32, an even number of heads
-// and D <= 256 (FusedSm90<T, D, HEADS>::SERVED), for sequences of at most 128 tokens.
+// and D <= 256 (FusedSm90<T, D, HEADS>::SERVED), for sequences of at most 128 tokens, without the gate.
 bool hopper_fused_serves(const SpecInfo* spec) {
   return spec->dtype != kFloat32 && spec->dim / spec->heads == 32 && spec->heads % 2 == 0 && spec->dim <= 256;
 }
@@ -114,17 +114,18 @@ int sequences_per_block_waves(int64_t num_seq, int len, int sms) {
 //      fused block costs the same however few of its rows hold tokens;
 //   2. the mma.sync fused kernel where its block's sequences fit in shared memory within 128 rows;
 //   3. the two-kernel path (a sequence's queries spread over several blocks, keys streamed).
-Plan plan_pass(const SpecInfo* spec, int64_t num_seq, int len, int math, const DeviceInfo& dev, int forced) {
+Plan plan_pass(const SpecInfo* spec, int64_t num_seq, int len, int math, const DeviceInfo& dev, int forced,
+               bool gated) {
   const int align = spec->block_rows(math);
   const int group = sequences_per_block(num_seq, len, dev.sms);
   const int64_t rows = (int64_t(group) * len + align - 1) / align * align;
-  const bool fits = rows <= 0x7fffffff && spec->fused_smem_bytes(int(rows), math) <= size_t(dev.smem_optin);
-  const bool hopper_fused = dev.sm90a && hopper_fused_serves(spec) && len <= kHopperFusedRows;
+  const bool fits = rows <= 0x7fffffff && spec->fused_smem_bytes(int(rows), math, gated) <= size_t(dev.smem_optin);
+  const bool hopper_fused = dev.sm90a && hopper_fused_serves(spec) && len <= kHopperFusedRows && !gated;
   if (forced == kPathFusedSm90) {
     TORCH_CHECK(hopper_fused,
                 "axial_fused: the Hopper fused path was forced but needs sm_90a, float16/bfloat16, head_dim 32, an "
-                "even number of heads, dim <= 256 and length <= 128; got sm_", dev.arch, ", dim ", spec->dim,
-                ", heads ", spec->heads, ", length ", len);
+                "even number of heads, dim <= 256, length <= 128 and no gate; got sm_", dev.arch, ", dim ", spec->dim,
+                ", heads ", spec->heads, ", length ", len, gated ? ", gated" : "");
     return {kPathFusedSm90, sequences_per_block_waves(num_seq, len, dev.sms)};
   }
   if (forced == kPathFused) {
@@ -147,7 +148,7 @@ Plan plan_pass(const SpecInfo* spec, int64_t num_seq, int len, int math, const D
 // ---- one pass: its parameters and its launch ------------------------------------------------------
 
 void run_pass(const SpecInfo* spec, const at::Tensor& in, const at::Tensor& out, const PassWeights& w, int64_t axis,
-              double eps) {
+              double eps, const PassExtras& extras) {
   const int64_t B = in.size(0), D = in.size(3);  // H, W: checked by check_shapes
   PassParams p;
   std::memset(&p, 0, sizeof(p));
@@ -166,9 +167,37 @@ void run_pass(const SpecInfo* spec, const at::Tensor& in, const at::Tensor& out,
   if (p.num_seq == 0) return;
   p.ln_w = w.norm_w.data_ptr();
   p.ln_b = w.norm_b.data_ptr();
-  p.w_qkv = w.qkv_w.data_ptr();
   p.w_out = w.out_w.data_ptr();
   p.b_out = w.out_b.data_ptr();
+  // The gate runs as a fourth block of the QKV product: W_qkv and W_g stacked, their biases too (a
+  // zero bias for whichever is absent). Kept alive until the launch is enqueued (stream-ordered frees).
+  at::Tensor w_qkv = w.qkv_w, qkv_bias = w.qkv_b;
+  p.gated = w.gate_w.defined();
+  p.nq = int((p.gated ? 4 : 3) * D);
+  if (p.gated) {
+    w_qkv = at::cat({w.qkv_w, w.gate_w});
+    if (w.qkv_b.defined() || w.gate_b.defined())
+      qkv_bias = at::cat({w.qkv_b.defined() ? w.qkv_b : at::zeros({3 * D}, w.qkv_w.options()),
+                          w.gate_b.defined() ? w.gate_b : at::zeros({D}, w.qkv_w.options())});
+  }
+  p.w_qkv = w_qkv.data_ptr();
+  p.qkv_bias = qkv_bias.defined() ? qkv_bias.data_ptr() : nullptr;
+  p.residual = extras.residual ? 1 : 0;
+  if (extras.mask.defined()) {  // [B, H, W]: the sequence's dims as x's, the key's the token's
+    const at::Tensor& m = extras.mask;
+    p.mask = static_cast<const unsigned char*>(m.data_ptr());
+    p.m_stride_outer = m.stride(0);
+    p.m_stride_inner = m.stride(ax_seq);
+    p.m_stride_tok = m.stride(ax_tok);
+  }
+  if (extras.bias.defined()) {  // [1 or B, heads, L, L]
+    const at::Tensor& b = extras.bias;
+    p.bias = b.data_ptr();
+    p.bias_f32 = b.scalar_type() == at::kFloat ? 1 : 0;
+    p.bias_stride_b = b.size(0) == 1 ? 0 : b.stride(0);
+    p.bias_stride_h = b.stride(1);
+    p.bias_stride_q = b.stride(2);  // (the key stride is 1: packed_bias)
+  }
   p.eps = float(eps);
   p.scale_log2 = float(1.4426950408889634 / std::sqrt(double(D / spec->heads)));
   p.math = (spec->dtype == kFloat32 && at::globalContext().allowTF32CuBLAS()) ? kTf32 : kExactFp32;
@@ -176,7 +205,7 @@ void run_pass(const SpecInfo* spec, const at::Tensor& in, const at::Tensor& out,
   const int device = in.get_device();
   const DeviceInfo& dev = device_info(device);
   p.arch = dev.sm90a ? 90 : 0;
-  const Plan plan = plan_pass(spec, p.num_seq, p.len, p.math, dev, g_path_override.load());
+  const Plan plan = plan_pass(spec, p.num_seq, p.len, p.math, dev, g_path_override.load(), p.gated != 0);
   p.path = plan.path;
   p.group = plan.group;
   at::Tensor scratch;
@@ -185,7 +214,7 @@ void run_pass(const SpecInfo* spec, const at::Tensor& in, const at::Tensor& out,
     TORCH_CHECK(need <= size_t(dev.smem_optin), "axial_fused: dim ", D, " in ", in.scalar_type(),
                 " needs ", need, " bytes of shared memory per block; this device allows ",
                 dev.smem_optin);
-    scratch = at::empty({p.num_seq * p.len * 3 * D}, in.options());
+    scratch = at::empty({p.num_seq * p.len * p.nq}, in.options());
     p.scratch = scratch.data_ptr();
   }
   const cudaError_t err = spec->launch(p, c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).stream());

@@ -37,15 +37,26 @@ struct Plan {
 };
 // The path override, for tests and benchmarks: -1 automatic, else a PassPath (set_path_override).
 extern std::atomic<int> g_path_override;
-Plan plan_pass(const SpecInfo* spec, int64_t num_seq, int len, int math, const DeviceInfo& dev, int forced);
+// gated: the pass has the sigmoid gate (its q/k/v buffers hold a fourth block).
+Plan plan_pass(const SpecInfo* spec, int64_t num_seq, int len, int math, const DeviceInfo& dev, int forced,
+               bool gated = false);
 
 // Held by value (a reference count each): packing may replace a weight by a contiguous copy.
+// qkv_b [3D], gate_w [D, D] and gate_b [D] are optional (undefined: absent).
 struct PassWeights {
   at::Tensor norm_w, norm_b, qkv_w, out_w, out_b;
+  at::Tensor qkv_b, gate_w, gate_b;
+};
+// A call's inputs besides x and the weights: the key mask ([B, H, W], bool or uint8; undefined:
+// none), the pass's logit bias ([1 or B, heads, L, L], float32 or x's dtype; undefined: none), and
+// whether the pass adds its input (residual) or returns the update alone.
+struct PassExtras {
+  at::Tensor mask, bias;
+  bool residual = true;
 };
 // One pass from `in` to `out` (which may be the same tensor) on the current stream; axis 0: rows
 // (sequences along W), axis 1: columns (sequences along H). The inputs are checked and packed.
 void run_pass(const SpecInfo* spec, const at::Tensor& in, const at::Tensor& out, const PassWeights& w, int64_t axis,
-              double eps);
+              double eps, const PassExtras& extras);
 
 }  // namespace axial_fused

@@ -17,8 +17,10 @@ export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
 if [[ $what == build || $what == all ]]; then
   start=$(date +%s)
-  python3 setup.py build_ext --inplace 2>&1 | tee "$OUT/build.log" | grep -E "error|warning|spill|compiling" | head -50
-  rc=${PIPESTATUS[0]}; echo "build rc=$rc in $(( $(date +%s) - start )) s" | tee -a "$OUT/build.log"
+  # (the log is filtered after the build: a filter that stops reading, like head, would end the build)
+  python3 setup.py build_ext --inplace > "$OUT/build.log" 2>&1
+  rc=$?; grep -E "error|warning|spill|compiling" "$OUT/build.log" | head -50
+  echo "build rc=$rc in $(( $(date +%s) - start )) s" | tee -a "$OUT/build.log"
   [[ $rc == 0 ]] || exit $rc
 fi
 if [[ $what == validate ]]; then

@@ -115,7 +115,7 @@ def make_w(cfg: dict, device) -> af.AxialWeights:
                      eps=cfg["eps"])
     scale = lambda pw: af.PassWeights(pw.norm_weight, pw.norm_bias, pw.qkv_weight * cfg["qkv_scale"],
                                       pw.out_weight * cfg["out_scale"], pw.out_bias)
-    cv = lambda pw: af.PassWeights(*(t.to(device=device, dtype=dtype) for t in scale(pw)))
+    cv = lambda pw: af.PassWeights(*(t.to(device=device, dtype=dtype) for t in scale(pw)[:5]))
     return af.AxialWeights.create(cv(w.row), cv(w.col), cfg["heads"], cfg["eps"])
 
 

@@ -296,9 +296,10 @@ def test_compiled_specs_match_install_option():
 
 def test_spec_option_parsing():
     default = _specs.parse_specs(None)
-    assert len(default) == 30 and ("bf16", 768, 12) in default and ("fp32", 1024, 16) in default
-    assert _specs.parse_specs("minimal") == [("fp32", 64, 4), ("fp16", 64, 4), ("bf16", 64, 4), ("bf16", 128, 4),
-                                             ("bf16", 512, 8)]
+    assert len(default) == 36 and ("bf16", 768, 12) in default and ("fp32", 1024, 16) in default
+    assert ("bf16", 64, 8) in default and ("fp16", 384, 16) in default  # head_dim 8 and 24
+    assert _specs.parse_specs("minimal") == [("fp32", 64, 4), ("fp16", 64, 4), ("bf16", 64, 4), ("bf16", 64, 8),
+                                             ("bf16", 128, 4), ("bf16", 512, 8)]
     assert _specs.parse_specs("256x8:bf16, 64x4") == [("fp32", 64, 4), ("fp16", 64, 4), ("bf16", 64, 4),
                                                       ("bf16", 256, 8)]
     for bad in ("64x5", "96x3", "abc", "64x4:fp64", ""):

@@ -83,7 +83,7 @@ def planned_per_block(dt: str, dim: int, heads: int, num_seq: int, length: int) 
     props = torch.cuda.get_device_properties(0)
     optin = _ext.C.device_smem_optin(0)
     return _ext.C.plan(dt, dim, heads, num_seq, length, False, 90, True, props.multi_processor_count, optin,
-                       HOPPER_FUSED)[1]
+                       HOPPER_FUSED, False)[1]
 
 
 @pytest.mark.parametrize("B,H,W", [(2, 56, 100), (2, 40, 70)], ids=lambda v: str(v))

@@ -76,7 +76,7 @@ def test_float64_and_uncompiled_on_gpu():
         warnings.simplefilter("ignore", af.FusedFallbackWarning)
         assert rel_err(run(x, w64, strict=False), attention64(x, w64)) < 1e-12
     with pytest.raises(TypeError, match="supported: float32, float16, bfloat16"):
-        torch.ops.axial_fused.axial_attention(x, *w64.row, *w64.col, w.num_heads, w.eps)
+        torch.ops.axial_fused.axial_attention(x, *w64.row[:5], *w64.col[:5], w.num_heads, w.eps)
     heads = next(h for h in (2, 1, 8, 16) if ("float32", dim, h) not in _ext.specs())
     wu = make_weights(dim, heads, torch.float32, "cuda", seed=2)
     x32 = x.float()
@@ -84,20 +84,20 @@ def test_float64_and_uncompiled_on_gpu():
         run(x32, wu)
     assert "no compiled specialization" in af.fallback_reason(x32, wu.row, num_heads=heads, axis="col")
     with pytest.raises(ValueError, match="no compiled specialization"):
-        torch.ops.axial_fused.axial_pass(x32, *wu.row, heads, 0, wu.eps)
+        torch.ops.axial_fused.axial_pass(x32, *wu.row[:5], heads, 0, wu.eps)
 
 
 def test_device_mix_on_gpu():
     w, dim = spec_weights()
     x = rand_x((1, 3, 4, dim), torch.bfloat16, "cuda", seed=3)
-    wc = af.AxialWeights(af.PassWeights(*(t.cpu() for t in w.row)), af.PassWeights(*(t.cpu() for t in w.col)),
+    wc = af.AxialWeights(af.PassWeights(*(t.cpu() for t in w.row[:5])), af.PassWeights(*(t.cpu() for t in w.col[:5])),
                          w.num_heads, w.eps)
     with pytest.raises(ValueError, match="x is on cuda:0 but the weights are on cpu"):
         run(x, wc)
     with pytest.raises(ValueError, match="row_norm_weight is on cpu but x is on cuda"):
-        torch.ops.axial_fused.axial_attention(x, *wc.row, *w.col, w.num_heads, w.eps)
+        torch.ops.axial_fused.axial_attention(x, *wc.row[:5], *w.col[:5], w.num_heads, w.eps)
     with pytest.raises(ValueError, match="col_out_bias is on cpu but x is on cuda"):
-        torch.ops.axial_fused.axial_attention(x, *w.row, *w.col[:4], w.col.out_bias.cpu(), w.num_heads, w.eps)
+        torch.ops.axial_fused.axial_attention(x, *w.row[:5], *w.col[:4], w.col.out_bias.cpu(), w.num_heads, w.eps)
 
 
 @pytest.mark.parametrize("how", ["transposed", "offset"])
@@ -117,7 +117,7 @@ def test_strided_weights(how):
     assert af.fallback_reason(x, wb) is None
     assert_close(run(x, wb), x, w)
     with torch.inference_mode():
-        direct = torch.ops.axial_fused.axial_attention(x, *wb.row, *wb.col, w.num_heads, w.eps)
+        direct = torch.ops.axial_fused.axial_attention(x, *wb.row[:5], *wb.col[:5], w.num_heads, w.eps)
     assert_close(direct, x, w)
 
 
@@ -155,7 +155,7 @@ def test_misaligned_x(how):
     assert af.fallback_reason(x, w) is None
     assert_close(run(x, w), x, w)
     with torch.inference_mode():
-        direct = torch.ops.axial_fused.axial_pass(x, *w.row, w.num_heads, 0, w.eps)
+        direct = torch.ops.axial_fused.axial_pass(x, *w.row[:5], w.num_heads, 0, w.eps)
     assert_close(direct, x, w, fn="pass", axis="row")
 
 
@@ -174,7 +174,7 @@ def test_empty_batch_on_the_reference_path(dt):
     assert af.reference.reference_axial_attention(x, w).shape == x.shape
     # The op's Autograd kernel (grad required) computes the same math in ATen: empty too, and trains.
     xg = x.clone().requires_grad_()
-    y = torch.ops.axial_fused.axial_attention(xg, *w.row, *w.col, heads, w.eps)
+    y = torch.ops.axial_fused.axial_attention(xg, *w.row[:5], *w.col[:5], heads, w.eps)
     y.sum().backward()
     assert y.shape == x.shape and xg.grad.shape == x.shape
 
@@ -183,8 +183,8 @@ def test_empty_batch_through_op():
     w, dim = spec_weights()
     x = torch.empty(0, 5, 6, dim, dtype=torch.bfloat16, device="cuda")
     for axis in (0, 1):
-        assert torch.ops.axial_fused.axial_pass(x, *w.row, w.num_heads, axis, w.eps).shape == x.shape
-    assert torch.ops.axial_fused.axial_attention(x, *w.row, *w.col, w.num_heads, w.eps).shape == x.shape
+        assert torch.ops.axial_fused.axial_pass(x, *w.row[:5], w.num_heads, axis, w.eps).shape == x.shape
+    assert torch.ops.axial_fused.axial_attention(x, *w.row[:5], *w.col[:5], w.num_heads, w.eps).shape == x.shape
     assert run(x, w, fn="pass", axis="col").shape == x.shape
 
 
@@ -242,7 +242,7 @@ def test_large_inputs_stay_finite(dt):
         with tf32(False):
             check(x, w)
             out = run(x, w)
-            w32 = af.AxialWeights(*(af.PassWeights(*(t.float() for t in p)) for p in (w.row, w.col)),
+            w32 = af.AxialWeights(*(af.PassWeights(*(t.float() for t in p[:5])) for p in (w.row, w.col)),
                                   w.num_heads, w.eps)
             ref32 = af.reference.reference_axial_attention(x.float(), w32)
         finite = torch.isfinite(ref32)
@@ -263,7 +263,7 @@ def test_constant_tokens(dt, path):
     with force_path(path), tf32(False):
         check(x, w, fn="pass", axis="row")
         out = run(x, w, fn="pass", axis="row")
-    nw, nb, qkv, wo, bo = (t.double() for t in w.row)
+    nw, nb, qkv, wo, bo = (t.double() for t in w.row[:5])
     added = wo @ (qkv[2 * dim:] @ nb) + bo  # LN(x) = bias, so v = Wv bias for every token
     delta = out[0].double() - x[0].double()
     err = rel_err(delta, added.expand_as(delta))

@@ -15,7 +15,7 @@ import torch
 
 import axial_fused as af
 from axial_fused import _ext
-from helpers import attention64, make_weights, pass64, rand_x, rel_err, to64
+from helpers import attention64, force_path, make_weights, pass64, rand_x, rel_err, to64
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available() or _ext.C is None,
@@ -60,15 +60,6 @@ def tf32(enabled: bool):
         yield
     finally:
         torch.backends.cuda.matmul.allow_tf32 = old
-
-
-@contextlib.contextmanager
-def force_path(path: int):
-    _ext.C.set_path_override(path)
-    try:
-        yield
-    finally:
-        _ext.C.set_path_override(-1)
 
 
 def check(x, w, *, fn="attention", axis="row"):

@@ -15,10 +15,10 @@ H200 = dict(arch=90, sm90a=True, sms=132, smem_optin=232448)
 A100 = dict(arch=80, sm90a=False, sms=108, smem_optin=166912)
 
 
-def plan(spec, num_seq, length, device=H200, tf32=False, forced=-1):
+def plan(spec, num_seq, length, device=H200, tf32=False, forced=-1, gated=False):
     dt, dim, heads = spec
     return _ext.C.plan(dt, dim, heads, num_seq, length, tf32, device["arch"], device["sm90a"], device["sms"],
-                       device["smem_optin"], forced)
+                       device["smem_optin"], forced, gated)
 
 
 def compiled(pred):
@@ -123,6 +123,32 @@ def test_rule0_forced_hopper_fused_at_any_length_it_serves(spec):
         plan(spec, 100, 129, forced=FUSED_SM90)
 
 
+@pytest.mark.parametrize("spec", HOPPER, ids=str)
+def test_rule1_gated_pass_leaves_the_hopper_fused_kernel(spec):
+    """The Hopper fused kernel has no gate: a gated pass takes the mma.sync fused kernel (which holds
+    the gate's block beside q/k/v) or the two-kernel path, and forcing the Hopper kernel says why."""
+    for length in (32, 64, 100, 128):
+        assert plan(spec, 128, length)[0] == FUSED_SM90
+        assert plan(spec, 128, length, gated=True)[0] in (FUSED, TWO_KERNEL), length
+    with pytest.raises(RuntimeError, match="no gate; got .*gated"):
+        plan(spec, 100, 64, forced=FUSED_SM90, gated=True)
+
+
+@pytest.mark.parametrize("spec", SMALL, ids=str)
+def test_rule2_gated_rows_need_room_for_the_gate(spec):
+    """The fused buffer of a gated pass holds 4D columns a token instead of 3D: a device with room for
+    the plain pass's rows but not the gated pass's takes the two-kernel path for the gated one."""
+    base = plan(spec, 100, 64, device=A100)
+    assert base[0] == FUSED
+    lo, hi = 1024, 166912  # the smallest shared memory that still fuses the plain pass, by bisection
+    while hi - lo > 16:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if plan(spec, 100, 64, device=dict(A100, smem_optin=mid))[0] == FUSED else (mid, hi)
+    assert plan(spec, 100, 64, device=dict(A100, smem_optin=hi)) == base
+    assert plan(spec, 100, 64, device=dict(A100, smem_optin=hi), gated=True)[0] == TWO_KERNEL
+    assert plan(spec, 100, 64, device=A100, gated=True)[0] == FUSED
+
+
 def test_unknown_specialization_is_a_value_error():
     with pytest.raises(ValueError, match="no compiled specialization"):
-        _ext.C.plan("bfloat16", 96, 3, 1, 1, False, 90, True, 132, 232448, -1)
+        _ext.C.plan("bfloat16", 96, 3, 1, 1, False, 90, True, 132, 232448, -1, False)

@@ -2,7 +2,7 @@
 // caller's stream. Each generated kernels/*.cu instantiates Spec<T, D, HEADS>::info(), the entry the
 // binding's registry holds (SpecInfo, params.h). The binding's planner has chosen the path already
 // (PassParams::path); Spec picks the kernels of that path for the device:
-//   kPathFusedSm90   fused_sm90_kernel                                (sm_90a, 16-bit, head_dim 32)
+//   kPathFusedSm90   fused_sm90_kernel                                (sm_90a, 16-bit, head_dim 32, no gate)
 //   kPathFused       fused_pass_kernel                                (mma.sync, any arch)
 //   kPathTwoKernel   K1: ln_qkv_sm90[_tma]_kernel (sm_90a, 16-bit) or ln_qkv_kernel, then
 //                    K2: the split pass (attn_sm90_split_kernel + out_gemm_sm90_kernel, D >= 512),
@@ -120,7 +120,7 @@ inline cudaError_t launch_with_smem(int64_t blocks, int threads, size_t smem, cu
 // The split pass's second and third kernels (AttnSm90's SPLIT: the attention alone, then the output
 // projection as a GEMM); cudaErrorNotSupported where they do not apply, so that the caller launches
 // the fused attention kernel instead.
-template <class T, int D, int HEADS>
+template <class T, int D, int HEADS, bool EXTRAS>
 inline cudaError_t launch_split(const PassParams& p, int64_t tokens, cudaStream_t stream) {
   using A = AttnSm90<T, D, HEADS, 128>;
   using A64 = AttnSm90<T, D, HEADS, 64>;
@@ -128,8 +128,8 @@ inline cudaError_t launch_split(const PassParams& p, int64_t tokens, cudaStream_
   if constexpr (A::SERVED && A64::SERVED && G::SERVED && D >= kSplitMinDim) {
     if (p.arch != 90 || tokens > 0x7fffffffLL - G::BM) return cudaErrorNotSupported;
     CUtensorMap amap, wmap;
-    // O in the scratch's q columns: [tokens, D] with rows 3D apart; W_out [D, D].
-    if (encode_map<T, 2>(&amap, p.scratch, {cuuint64_t(D), cuuint64_t(tokens)}, {cuuint64_t(3 * D) * sizeof(T)},
+    // O in the scratch's q columns: [tokens, D] with rows nq apart; W_out [D, D].
+    if (encode_map<T, 2>(&amap, p.scratch, {cuuint64_t(D), cuuint64_t(tokens)}, {cuuint64_t(p.nq) * sizeof(T)},
                          {cuuint32_t(G::KW), cuuint32_t(G::BM)}, CU_TENSOR_MAP_SWIZZLE_128B) != cudaSuccess ||
         encode_weight_map<T>(&wmap, p.w_out, D, D, G::KW, G::BN) != cudaSuccess)
       return cudaErrorNotSupported;
@@ -141,11 +141,13 @@ inline cudaError_t launch_split(const PassParams& p, int64_t tokens, cudaStream_
     const int64_t tiles = (tokens + G::BM - 1) / G::BM * G::NT, gemm_blocks = tiles < sms ? tiles : sms;
     // 64 queries a block where the sequence is no longer (a 128-query block would be half padding).
     const cudaError_t e =
-        p.len <= 64 ? launch_with_smem<attn_sm90_split_kernel<T, D, HEADS, 64>, 1, true>(p.num_seq, 256, A64::SMEM, stream, p)
-                    : launch_with_smem<attn_sm90_split_kernel<T, D, HEADS, 128>, 1, true>(
+        p.len <= 64 ? launch_with_smem<attn_sm90_split_kernel<T, D, HEADS, 64, EXTRAS>, 1, true>(p.num_seq, 256, A64::SMEM,
+                                                                                            stream, p)
+                    : launch_with_smem<attn_sm90_split_kernel<T, D, HEADS, 128, EXTRAS>, 1, true>(
                           p.num_seq * ((p.len + A::BM - 1) / A::BM), 256, A::SMEM, stream, p);
     if (e != cudaSuccess) return e == cudaErrorNotSupported ? cudaErrorUnknown : e;  // (no fallback from here)
-    const cudaError_t g = launch_with_smem<out_gemm_sm90_kernel<T, D>>(gemm_blocks, 256, G::SMEM, stream, p, amap, wmap);
+    const cudaError_t g =
+        launch_with_smem<out_gemm_sm90_kernel<T, D, EXTRAS>>(gemm_blocks, 256, G::SMEM, stream, p, amap, wmap);
     return g == cudaErrorNotSupported ? cudaErrorUnknown : g;
   } else {
     return cudaErrorNotSupported;
@@ -154,70 +156,85 @@ inline cudaError_t launch_split(const PassParams& p, int64_t tokens, cudaStream_
 
 template <class T, int D, int HEADS>
 struct Spec {
+  // Every launch below picks its kernels' EXTRAS variants (the optional features, has_extras) or
+  // their plain ones, which compile as if the features did not exist.
+
   // K1 of the two-kernel pass: LN + QKV into the scratch.
-  template <class Tr>
+  template <class Tr, bool EXTRAS>
   static cudaError_t launch_k1(const PassParams& p, int64_t tokens, cudaStream_t stream) {
     if constexpr (Tr::M == Mma::Tc16) {
       if (p.arch == 90) {
         using C = QkvSm90<T, D>;
         if constexpr (C::TMA) {
           CUtensorMap wmap;
-          if (encode_weight_map<T>(&wmap, p.w_qkv, C::N, D, C::KW, C::WGN * C::BNW / kQkvCluster) == cudaSuccess)
-            return launch_with_smem<ln_qkv_sm90_tma_kernel<T, D>, kQkvCluster>(cluster_grid<C::BM>(tokens), C::THREADS,
-                                                                            C::SMEM, stream, p, wmap);
+          if (encode_weight_map<T>(&wmap, p.w_qkv, p.nq, D, C::KW, C::WGN * C::BNW / kQkvCluster) == cudaSuccess)
+            return launch_with_smem<ln_qkv_sm90_tma_kernel<T, D, EXTRAS>, kQkvCluster>(
+                cluster_grid<C::BM>(tokens), C::THREADS, C::SMEM, stream, p, wmap);
         }
-        return launch_with_smem<ln_qkv_sm90_kernel<T, D>>((tokens + C::BM - 1) / C::BM, C::THREADS, C::SMEM, stream, p);
+        return launch_with_smem<ln_qkv_sm90_kernel<T, D, EXTRAS>>((tokens + C::BM - 1) / C::BM, C::THREADS, C::SMEM,
+                                                                  stream, p);
       }
     }
-    return launch_with_smem<ln_qkv_kernel<Tr>>((tokens + Tr::BM - 1) / Tr::BM, Tr::THREADS, Tr::K1_BYTES, stream, p);
+    return launch_with_smem<ln_qkv_kernel<Tr, EXTRAS>>((tokens + Tr::BM - 1) / Tr::BM, Tr::THREADS, Tr::K1_BYTES,
+                                                       stream, p);
+  }
+
+  // The Hopper attention kernels of K2; cudaErrorNotSupported where they do not serve.
+  template <bool EXTRAS>
+  static cudaError_t launch_attn_sm90(const PassParams& p, int64_t tokens, cudaStream_t stream) {
+    const cudaError_t e = launch_split<T, D, HEADS, EXTRAS>(p, tokens, stream);
+    if (e != cudaErrorNotSupported) return e;
+    using A = AttnSm90<T, D, HEADS>;
+    if constexpr (A::SERVED) {
+      if (p.arch == 90) {
+        const int64_t blocks = p.num_seq * ((p.len + A::BM - 1) / A::BM);
+        if constexpr (A::OUT_TMA) {
+          CUtensorMap omap;
+          if (encode_weight_map<T>(&omap, p.w_out, D, D, A::OUT_KW, A::WGN * A::OUT_BNW) == cudaSuccess)
+            return launch_with_smem<attn_sm90_otma_kernel<T, D, HEADS, EXTRAS>, 1, true>(blocks, 256, A::SMEM, stream, p,
+                                                                                       omap);
+        }
+        return launch_with_smem<attn_sm90_kernel<T, D, HEADS, EXTRAS>, 1, true>(blocks, 256, A::SMEM, stream, p);
+      }
+    }
+    return cudaErrorNotSupported;
   }
 
   // K2 of the two-kernel pass: attention + output projection, from the scratch.
-  template <class Tr>
+  template <class Tr, bool EXTRAS>
   static cudaError_t launch_k2(const PassParams& p, int64_t tokens, cudaStream_t stream) {
     if constexpr (Tr::M == Mma::Tc16) {
-      const cudaError_t e = launch_split<T, D, HEADS>(p, tokens, stream);
+      const cudaError_t e = launch_attn_sm90<EXTRAS>(p, tokens, stream);
       if (e != cudaErrorNotSupported) return e;
-      using A = AttnSm90<T, D, HEADS>;
-      if constexpr (A::SERVED) {
-        if (p.arch == 90) {
-          const int64_t blocks = p.num_seq * ((p.len + A::BM - 1) / A::BM);
-          if constexpr (A::OUT_TMA) {
-            CUtensorMap omap;
-            if (encode_weight_map<T>(&omap, p.w_out, D, D, A::OUT_KW, A::WGN * A::OUT_BNW) == cudaSuccess)
-              return launch_with_smem<attn_sm90_otma_kernel<T, D, HEADS>, 1, true>(blocks, 256, A::SMEM, stream, p, omap);
-          }
-          return launch_with_smem<attn_sm90_kernel<T, D, HEADS>, 1, true>(blocks, 256, A::SMEM, stream, p);
-        }
-      }
     }
     const int64_t blocks = p.num_seq * ((p.len + Tr::BM - 1) / Tr::BM);
     if constexpr (Tr::M == Mma::Tc16) {
       if (p.arch == 90)
-        return launch_with_smem<attn_out_kernel<Tr, true>>(blocks, Tr::THREADS, AttnOutLayout<Tr, true>::BYTES, stream, p);
+        return launch_with_smem<attn_out_kernel<Tr, true, EXTRAS>>(blocks, Tr::THREADS, AttnOutLayout<Tr, true>::BYTES,
+                                                                   stream, p);
     }
-    return launch_with_smem<attn_out_kernel<Tr, false>>(blocks, Tr::THREADS, Tr::K2_BYTES, stream, p);
+    return launch_with_smem<attn_out_kernel<Tr, false, EXTRAS>>(blocks, Tr::THREADS, Tr::K2_BYTES, stream, p);
   }
 
-  template <class Tr>
+  template <class Tr, bool EXTRAS>
   static cudaError_t run(const PassParams& p, cudaStream_t stream) {
     if (p.path == kPathFusedSm90) {
       using F = FusedSm90<T, D, HEADS>;
       if constexpr (Tr::M == Mma::Tc16 && F::SERVED) {
-        if (p.arch == 90)
-          return launch_with_smem<fused_sm90_kernel<T, D, HEADS>>((p.num_seq + p.group - 1) / p.group, 256, F::SMEM,
-                                                                  stream, p);
+        if (p.arch == 90 && !p.gated)  // (the kernel has no gate)
+          return launch_with_smem<fused_sm90_kernel<T, D, HEADS, EXTRAS>>((p.num_seq + p.group - 1) / p.group, 256,
+                                                                          F::SMEM, stream, p);
       }
       return cudaErrorInvalidValue;  // the planner never chooses it here
     }
     if (p.path == kPathFused) {
       const int rows = (p.group * p.len + Tr::ROW_ALIGN - 1) / Tr::ROW_ALIGN * Tr::ROW_ALIGN;
-      return launch_with_smem<fused_pass_kernel<Tr>>((p.num_seq + p.group - 1) / p.group, Tr::THREADS,
-                                                   Tr::fused_bytes(rows), stream, p);
+      return launch_with_smem<fused_pass_kernel<Tr, EXTRAS>>((p.num_seq + p.group - 1) / p.group, Tr::THREADS,
+                                                           Tr::fused_bytes(rows, p.gated != 0), stream, p);
     }
     const int64_t tokens = p.num_seq * p.len;
-    const cudaError_t e = launch_k1<Tr>(p, tokens, stream);
-    return e != cudaSuccess ? e : launch_k2<Tr>(p, tokens, stream);
+    const cudaError_t e = launch_k1<Tr, EXTRAS>(p, tokens, stream);
+    return e != cudaSuccess ? e : launch_k2<Tr, EXTRAS>(p, tokens, stream);
   }
   template <class F>
   static auto with_mode(int math, F&& f) {
@@ -228,10 +245,12 @@ struct Spec {
     }
   }
   static cudaError_t launch(const PassParams& p, cudaStream_t stream) {
-    return with_mode(p.math, [&](auto tr) { return run<decltype(tr)>(p, stream); });
+    return with_mode(p.math, [&](auto tr) {
+      return has_extras(p) ? run<decltype(tr), true>(p, stream) : run<decltype(tr), false>(p, stream);
+    });
   }
-  static size_t fused_smem(int rows, int math) {
-    return with_mode(math, [&](auto tr) { return decltype(tr)::fused_bytes(rows); });
+  static size_t fused_smem(int rows, int math, bool gated) {
+    return with_mode(math, [&](auto tr) { return decltype(tr)::fused_bytes(rows, gated); });
   }
   static size_t two_kernel_smem(int math) {
     return with_mode(math, [&](auto tr) {

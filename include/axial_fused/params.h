@@ -41,20 +41,52 @@ struct PassParams {
   float eps;
   float scale_log2;  // log2(e) / sqrt(head_dim)
 
+  // The optional features (docs/design.md, "Masks, bias, gate"). `nq` columns of the QKV product
+  // (and of the scratch's rows): 3D, or 4D with the sigmoid gate, whose weight is then W_qkv's rows
+  // 3D .. 4D - 1. qkv_bias [nq] (null: none) is added to that product.
+  int nq;
+  int gated;               // nq == 4D
+  int residual;            // 1: out = x + update; 0: out = update (out_proj(o) + b_out)
+  const void* qkv_bias;
+  // Key mask (null: none): key l of sequence s is present where mask[(s / seq_inner) * m_stride_outer
+  // + (s % seq_inner) * m_stride_inner + l * m_stride_tok] != 0 (bytes); an absent key's logit is
+  // replaced by kMaskedLogit.
+  const unsigned char* mask;
+  int64_t m_stride_outer, m_stride_inner, m_stride_tok;
+  // Additive bias of the scaled logits (null: none): element (batch s / seq_inner, head h, query i,
+  // key j) at b * bias_stride_b + h * bias_stride_h + i * bias_stride_q + j (bias_stride_b = 0: one
+  // bias for the whole batch); float32 (bias_f32) or the input's dtype. The op packs it so that the
+  // key stride is 1 and every other stride and the pointer are multiples of two elements (adjacent
+  // keys load as one aligned pair).
+  const void* bias;
+  int bias_f32;
+  int64_t bias_stride_b, bias_stride_h, bias_stride_q;
+
   int arch;       // the device's compute capability, major * 10 + minor (90 selects the Hopper kernels)
   int path;       // PassPath
   int math;       // MathMode (float32 only)
   int group;      // fused path: sequences per block
-  void* scratch;  // two-kernel path: q/k/v, [S * L, 3D] elements of the input dtype
+  void* scratch;  // two-kernel path: q/k/v (and the gate), [S * L, nq] elements of the input dtype
 };
+
+// An absent key's logit (log2 units). Finite, so a query whose keys are all absent attends uniformly
+// (every logit equal); far below any real logit, and absorbed by float32 addition (ulp(1e30) ~ 8e22),
+// so `logit + kMaskedLogit` is kMaskedLogit exactly: replacing and adding are the same.
+constexpr float kMaskedLogit = -1e30f;
+
+// Whether a pass uses any of the optional features: every kernel has a plain variant (the pass
+// without them, compiled as if they did not exist) and an EXTRAS variant that reads them.
+inline bool has_extras(const PassParams& p) {
+  return p.mask != nullptr || p.bias != nullptr || p.gated != 0 || p.qkv_bias != nullptr || p.residual == 0;
+}
 
 // What each compiled specialization exports to the dispatcher (one per generated kernels/*.cu).
 struct SpecInfo {
   int dtype;  // DType
   int dim;
   int heads;
-  // Shared-memory bytes the fused kernel needs to hold `rows` tokens of q/k/v.
-  size_t (*fused_smem_bytes)(int rows, int math);
+  // Shared-memory bytes the fused kernel needs to hold `rows` tokens of q/k/v (and g: gated).
+  size_t (*fused_smem_bytes)(int rows, int math, bool gated);
   // Largest shared-memory request of the two-kernel path.
   size_t (*two_kernel_smem_bytes)(int math);
   // Tokens per block tile (rows of the fused buffer are a multiple of this).

@@ -7,6 +7,7 @@ generate and compile, and the tests check the extension against it.
   ``default``  (or unset) every (dim, heads) of DEFAULT_PAIRS in float32, float16 and bfloat16;
   ``minimal``  the smallest set that still instantiates every kernel template: (64, 4) in all three
                dtypes (tensor-core bf16 and fp16, tf32, exact fp32; fused and two-kernel paths),
+               (64, 8) in bf16 (head_dim 8: the mma.sync kernels' padded head tiles),
                (128, 4) in bf16 (head_dim 32: the Hopper fused and Hopper attention kernels) and
                (512, 8) in bf16 (D >= 512: the clustered Hopper LN+QKV kernel and the split pass; head_dim 64);
   a list       ``DIMxHEADS[:DTYPE]`` items separated by commas, e.g. ``64x4,256x8:bf16``; an item
@@ -19,8 +20,9 @@ DTYPES = ("fp32", "fp16", "bf16")
 DEFAULT_PAIRS = (
     (64, 4), (128, 4), (192, 6), (256, 8), (768, 12),  # the benchmark suite
     (128, 8), (256, 4), (384, 6), (512, 8), (1024, 16),
+    (64, 8), (384, 16),  # head_dim 8 (AF2's extra-MSA stack) and 24 (AF3's single attention)
 )
-MINIMAL = (("fp32", 64, 4), ("fp16", 64, 4), ("bf16", 64, 4), ("bf16", 128, 4), ("bf16", 512, 8))
+MINIMAL = (("fp32", 64, 4), ("fp16", 64, 4), ("bf16", 64, 4), ("bf16", 64, 8), ("bf16", 128, 4), ("bf16", 512, 8))
 MAX_HEAD_DIM = 128
 
 
@@ -29,10 +31,10 @@ def check_pair(dim: int, heads: int) -> None:
     if dim <= 0 or heads <= 0 or dim % heads:
         raise ValueError(f"dim {dim} is not a positive multiple of heads {heads}")
     hd = dim // heads
-    if dim % 64 or hd % 16 or hd > MAX_HEAD_DIM:
+    if dim % 64 or hd % 8 or hd > MAX_HEAD_DIM:
         raise ValueError(
             f"(dim {dim}, heads {heads}) cannot be compiled: dim must be a multiple of 64 and "
-            f"head_dim (= {hd}) a multiple of 16, at most {MAX_HEAD_DIM}")
+            f"head_dim (= {hd}) a multiple of 8, at most {MAX_HEAD_DIM}")
 
 
 def parse_specs(text: str | None) -> list[tuple[str, int, int]]:

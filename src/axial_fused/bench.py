@@ -1,6 +1,7 @@
 """Benchmark: the fused kernels against the PyTorch peers, on the same inputs and weights, in one run.
 
     python -m axial_fused.bench [--shapes seed,vision,...] [--dtype ...] [--peers ...] [--json F] [--png F]
+    python -m axial_fused.bench --features [--shapes msa,...]   # the cost of the optional features
 
 Peers: eager (reference with explicit softmax(q k^T / sqrt(d)) v), sdpa (reference with
 scaled_dot_product_attention), compile (torch.compile of sdpa, default mode), compile_graphs (mode
@@ -203,6 +204,77 @@ def print_table(rows, peers, out=sys.stdout):
     print("(microseconds per forward, median; 'x' = best peer time / ours; %floor = floor / fused_graph)", file=out)
 
 
+# ---- the cost of the optional features ---------------------------------------------------------
+
+FEATURE_SETS = {  # name: (mask, bias, gate, qkv_bias, residual)
+    "plain": (False, False, False, False, True),
+    "mask": (True, False, False, False, True),
+    "bias": (False, True, False, False, True),
+    "gate": (False, False, True, False, True),
+    "qkv_bias": (False, False, False, True, True),
+    "update_only": (False, False, False, False, False),
+    "mask+bias+gate": (True, True, True, False, True),
+    "all": (True, True, True, True, False),
+}
+
+
+def feature_costs(name, B, H, W, D, heads, dtype_name, log=print) -> list[dict]:
+    """Each pass of a shape with each feature alone and together (FEATURE_SETS), as CUDA-graph replays
+    of one fused pass: the time and its ratio to the plain pass. The mask has a padded tail (the last
+    eighth of each row and column absent) and random holes; the bias is [1, heads, L, L] in x's dtype;
+    each output is checked against the reference at float32 first."""
+    import axial_fused as af
+    dtype = DTYPES[dtype_name]
+    g = torch.Generator().manual_seed(1)
+    r = lambda *s, scale=1.0: (torch.randn(*s, generator=g) * scale).to("cuda", dtype)
+    base = [1 + r(D, scale=0.2), r(D, scale=0.2), r(3 * D, D, scale=D ** -0.5), r(D, D, scale=D ** -0.5), r(D)]
+    gate_w, gate_b, qkv_b = r(D, D, scale=D ** -0.5), 1 + r(D, scale=0.3), r(3 * D, scale=0.3)
+    x = r(B, H, W, D)
+    mask = torch.rand(B, H, W, generator=g) > 0.1
+    mask[:, H - H // 8:, :] = False
+    mask[:, :, W - W // 8:] = False
+    mask = mask.cuda()
+    rows = []
+    for axis in ("row", "col"):
+        L = W if axis == "row" else H
+        bias = r(1, heads, L, L, scale=2.0)
+        plain_us = None
+        for fname, (m_on, b_on, g_on, q_on, res) in FEATURE_SETS.items():
+            pw = af.PassWeights(*base, qkv_bias=qkv_b if q_on else None, gate_weight=gate_w if g_on else None,
+                                gate_bias=gate_b if g_on else None)
+            kw = dict(num_heads=heads, axis=axis, mask=mask if m_on else None, bias=bias if b_on else None,
+                      residual=res)
+            with torch.inference_mode():
+                call = lambda: af.axial_pass(x, pw, strict=True, **kw)
+                ref = af.reference.reference_pass(x.float(), *(None if t is None else t.float() for t in pw), **kw)
+                err = ((call().float() - ref).norm() / ref.norm()).item()
+                if not math.isfinite(err) or err > 5e-2:
+                    log(f"  {name}/{axis}/{fname}: output differs from the fp32 reference (rel err {err:.3g}); not timed")
+                    continue
+                gr, gout = _graph(call)
+                us = _time_batches(lambda: (gr.replay(), gout)[1])
+            plain_us = us if fname == "plain" else plain_us
+            rows.append({"shape": name, "axis": axis, "features": fname, "us": us, "rel_err": err,
+                         "ratio": us / plain_us if plain_us else float("nan")})
+            log(f"  {name}/{axis}/{fname}: {us:.1f} µs ({rows[-1]['ratio']:.3f}x plain)")
+            del gr, gout
+        torch.cuda.empty_cache()
+    return rows
+
+
+def print_feature_table(rows, out=sys.stdout) -> None:
+    names = list(FEATURE_SETS)
+    print(f"{'shape':<10}{'pass':<6}" + "".join(f"{n:>16}" for n in names), file=out)
+    for shape in dict.fromkeys(r["shape"] for r in rows):
+        for axis in ("row", "col"):
+            got = {r["features"]: r for r in rows if r["shape"] == shape and r["axis"] == axis}
+            if not got:
+                continue
+            cells = "".join(f"{got[n]['us']:>8.1f} {got[n]['ratio']:>5.2f}x" if n in got else f"{'-':>16}" for n in names)
+            print(f"{shape:<10}{axis:<6}{cells}", file=out)
+    print("(µs per pass, CUDA-graph replay, median; x = time / the plain pass)", file=out)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m axial_fused.bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -214,6 +286,9 @@ def main(argv=None) -> int:
     ap.add_argument("--path", default="auto", choices=list(PATHS),
                     help="force the kernel path of ours (default: the automatic choice; fused_sm90: the Hopper "
                          "head-looped kernel, 16-bit, head_dim 32, even heads, dim <= 256, lengths <= 128 only)")
+    ap.add_argument("--features", action="store_true",
+                    help="instead of the peers: the cost of each optional feature (mask, bias, gate, q/k/v bias, "
+                         "update only) per pass of each shape (default shape: msa)")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("axial_fused.bench: no CUDA GPU here; nothing to measure.")
@@ -231,6 +306,19 @@ def main(argv=None) -> int:
         if p not in PEERS:
             ap.error(f"unknown peer {p!r}; choose from {', '.join(PEERS)}")
     af._ext.C.set_path_override(af._ext.PATHS[args.path])
+    if args.features:
+        if args.shapes == ",".join(SUITE):
+            shapes = ["msa"]
+        rows = []
+        for s in shapes:
+            B, H, W, D, heads, dt = SUITE[s]
+            rows += feature_costs(s, B, H, W, D, heads, args.dtype or dt)
+            if args.json:
+                with open(args.json, "w") as f:
+                    json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "features": rows},
+                              f, indent=1)
+        print_feature_table(rows)
+        return 0
     ceil = measure_ceilings()
     print(f"GPU {torch.cuda.get_device_name()}, torch {torch.__version__}: copy {ceil['bandwidth_Bps'] / 1e12:.2f} TB/s, "
           f"bf16 matmul {ceil['bf16_flops'] / 1e12:.0f} TFLOP/s")

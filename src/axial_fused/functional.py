@@ -30,34 +30,41 @@ class FusedFallbackWarning(UserWarning):
     """Warned once per reason when a call falls back to the PyTorch reference."""
 
 
-_FIELDS = ("norm_weight", "norm_bias", "qkv_weight", "out_weight", "out_bias")
+_FIELDS = ("norm_weight", "norm_bias", "qkv_weight", "out_weight", "out_bias", "qkv_bias", "gate_weight", "gate_bias")
+_REQUIRED = 5  # the first five; the rest may be None
 
 
 class PassWeights(NamedTuple):
-    """The parameters of one axial pass (nn.Linear / nn.LayerNorm layouts)."""
+    """The parameters of one axial pass (nn.Linear / nn.LayerNorm layouts). The last three are optional."""
     norm_weight: torch.Tensor  # [D]
     norm_bias: torch.Tensor    # [D]
     qkv_weight: torch.Tensor   # [3D, D]: rows 0..D-1 q, D..2D-1 k, 2D..3D-1 v
     out_weight: torch.Tensor   # [D, D]
     out_bias: torch.Tensor     # [D]
+    qkv_bias: torch.Tensor | None = None     # [3D]: added after the projection (q | k | v)
+    gate_weight: torch.Tensor | None = None  # [D, D]: o * sigmoid(LN(x) W_g^T + b_g) before out_proj
+    gate_bias: torch.Tensor | None = None    # [D] (only with gate_weight; None: zero)
 
 
 def _as_pass(pw, name: str) -> PassWeights:
-    """pw as a PassWeights (a 5-tuple or list is accepted); TypeError otherwise."""
+    """pw as a PassWeights (a tuple or list of 5 to 8 tensors is accepted); TypeError otherwise."""
     if isinstance(pw, PassWeights):
         return pw
-    if isinstance(pw, (tuple, list)) and len(pw) == 5:
+    if isinstance(pw, (tuple, list)) and _REQUIRED <= len(pw) <= len(_FIELDS):
         return PassWeights(*pw)
-    raise TypeError(f"{name} must be a PassWeights (or a 5-tuple), got {type(pw).__name__}")
+    raise TypeError(f"{name} must be a PassWeights (or a tuple of its 5 to 8 fields), got {type(pw).__name__}")
 
 
 def _check_pass(pw, name: str, dim: int | None = None) -> int:
     """Validate one PassWeights; return D. Runs on every call: one loop, attribute reads only, the
     messages built only for a failure."""
     pw = _as_pass(pw, name)
-    for field, t in zip(_FIELDS, pw):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name}.{field} must be a torch.Tensor, got {type(t).__name__}")
+    for i, (field, t) in enumerate(zip(_FIELDS, pw)):
+        if not isinstance(t, torch.Tensor) and (i < _REQUIRED or t is not None):
+            raise TypeError(f"{name}.{field} must be a torch.Tensor{'' if i < _REQUIRED else ' or None'}, "
+                            f"got {type(t).__name__}")
+    if pw.gate_bias is not None and pw.gate_weight is None:
+        raise ValueError(f"{name}.gate_bias was given without {name}.gate_weight; the gate needs its weight [D, D]")
     ref = pw.norm_weight
     if dim is None:
         if ref.dim() != 1:
@@ -65,7 +72,9 @@ def _check_pass(pw, name: str, dim: int | None = None) -> int:
         dim = ref.shape[0]
     vec, square = (dim,), (dim, dim)
     dtype, device = ref.dtype, ref.device
-    for field, t, shape in zip(_FIELDS, pw, (vec, vec, (3 * dim, dim), square, vec)):
+    for field, t, shape in zip(_FIELDS, pw, (vec, vec, (3 * dim, dim), square, vec, (3 * dim,), square, vec)):
+        if t is None:
+            continue
         if t.shape != shape:
             raise ValueError(f"{name}.{field} has shape {tuple(t.shape)}, expected {shape} for D = {dim}")
         if t.dtype != dtype:
@@ -243,7 +252,7 @@ def fallback_reason(x: torch.Tensor, weights, *, num_heads: int | None = None,
     return _reason(x, passes, dim, heads)
 
 
-def _reason(x: torch.Tensor, passes, dim: int, num_heads: int) -> str | None:
+def _reason(x: torch.Tensor, passes, dim: int, num_heads: int, biases=()) -> str | None:
     """The decision itself, after validation. Only attribute reads: this runs on every call."""
     if _ext.C is None:
         return f"the CUDA extension axial_fused._C is not available ({_ext.error})"
@@ -252,8 +261,9 @@ def _reason(x: torch.Tensor, passes, dim: int, num_heads: int) -> str | None:
     dtype = _DTYPE_NAMES.get(_kernel_dtype(x))
     if dtype is None:
         return f"x is {x.dtype}; the fused path supports float32, float16 and bfloat16"
-    if torch.is_grad_enabled() and (x.requires_grad or any(t.requires_grad for pw in passes for t in pw)):
-        return ("gradients are required (x or a weight requires grad and grad mode is on); the fused path is "
+    if torch.is_grad_enabled() and (x.requires_grad or any(t is not None and t.requires_grad
+                                                           for ts in (*passes, biases) for t in ts)):
+        return ("gradients are required (x, a weight or a bias requires grad and grad mode is on); the fused path is "
                 "inference-only: call under torch.no_grad() or torch.inference_mode() to use it")
     if (dtype, dim, num_heads) not in _ext.specs():
         return (f"no compiled specialization for dtype {dtype}, dim {dim}, heads {num_heads}; compiled: "
@@ -285,9 +295,63 @@ def _warn_once(reason: str) -> bool:
     return True
 
 
+# ---- the per-call inputs: the key mask and the logit bias -----------------------------------------
+
+_MASK_DTYPES = (torch.bool, torch.uint8)
+
+
+def _check_mask(mask, x: torch.Tensor) -> None:
+    """mask: None, or [B, H, W] bool / 0-1 (uint8 or floating) on x's device; true / 1: the token is present."""
+    if mask is None:
+        return
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"mask must be a torch.Tensor or None, got {type(mask).__name__}")
+    B, H, W = x.shape[:3]
+    if mask.shape != (B, H, W):
+        raise ValueError(f"mask has shape {tuple(mask.shape)}, expected [B, H, W] = {[B, H, W]} "
+                         f"(x of shape {tuple(x.shape)})")
+    if mask.dtype not in _MASK_DTYPES and not mask.is_floating_point():
+        raise TypeError(f"mask is {mask.dtype}; supported: bool, or 0/1 in uint8 or a floating dtype "
+                        f"(true / 1: the token is present)")
+    if mask.device != x.device:
+        raise ValueError(f"mask is on {mask.device} but x is on {x.device}")
+
+
+def _check_bias(bias, x: torch.Tensor, num_heads: int, axis: str, name: str) -> None:
+    """bias: None, or the logit bias of a pass: [1 or B, heads, L, L] (L = W for rows, H for columns),
+    float32 or x's dtype, on x's device, any strides."""
+    if bias is None:
+        return
+    if not isinstance(bias, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor or None, got {type(bias).__name__}")
+    B = x.shape[0]
+    L, len_name = (x.shape[2], "W") if axis == "row" else (x.shape[1], "H")
+    if bias.dim() != 4:
+        raise ValueError(f"{name} must be [B or 1, heads, {len_name}, {len_name}] = [{B} or 1, {num_heads}, {L}, {L}], "
+                         f"got shape {tuple(bias.shape)}")
+    if bias.shape[0] not in (1, B):
+        raise ValueError(f"{name} has batch dimension {bias.shape[0]}, which does not broadcast to x's batch {B} "
+                         f"(expected 1 or {B})")
+    if bias.shape[1] != num_heads:
+        raise ValueError(f"{name} has {bias.shape[1]} heads (shape {tuple(bias.shape)}), expected num_heads = {num_heads}")
+    if bias.shape[2] != L or bias.shape[3] != L:
+        raise ValueError(f"{name} has shape {tuple(bias.shape)} but the {'row' if axis == 'row' else 'column'} pass "
+                         f"has sequences of {len_name} = {L} tokens: expected [.., {L}, {L}]")
+    if bias.dtype not in (torch.float32, x.dtype, _kernel_dtype(x)):
+        raise TypeError(f"{name} is {bias.dtype}; supported: float32 or x's dtype ({x.dtype})")
+    if bias.device != x.device:
+        raise ValueError(f"{name} is on {bias.device} but x is on {x.device}")
+
+
+def _check_residual(residual) -> None:
+    if not isinstance(residual, bool):
+        raise TypeError(f"residual must be a bool, got {type(residual).__name__}")
+
+
 # ---- the calls ----------------------------------------------------------------------------------
 
-def _attention(x, row: PassWeights, col: PassWeights, num_heads: int, eps: float, strict: bool) -> torch.Tensor:
+def _attention(x, row: PassWeights, col: PassWeights, num_heads: int, eps: float, strict: bool, mask=None,
+               row_bias=None, col_bias=None, residual: bool = True) -> torch.Tensor:
     dim = _check_pass(row, "row")
     _check_pass(col, "col", dim)
     _check_heads(num_heads, dim)
@@ -295,27 +359,45 @@ def _attention(x, row: PassWeights, col: PassWeights, num_heads: int, eps: float
     _check_x(x, dim, row.norm_weight)
     if col.norm_weight.dtype != x.dtype or col.norm_weight.device != x.device:
         _check_x(x, dim, col.norm_weight)
-    reason = _reason(x, (row, col), dim, num_heads)
+    if mask is not None or row_bias is not None or col_bias is not None or residual is not True:
+        _check_mask(mask, x)
+        _check_bias(row_bias, x, num_heads, "row", "row_bias")
+        _check_bias(col_bias, x, num_heads, "col", "col_bias")
+        _check_residual(residual)
+    row, col = _as_pass(row, "row"), _as_pass(col, "col")
+    reason = _reason(x, (row, col), dim, num_heads, (row_bias, col_bias))
     if reason is None:
         if x.shape[0] == 0:
             return torch.empty_like(x, memory_format=torch.contiguous_format)
-        return torch.ops.axial_fused.axial_attention(x, *row, *col, num_heads, eps)
+        return torch.ops.axial_fused.axial_attention(x, *row[:5], *col[:5], num_heads, eps, *row[5:], *col[5:], mask,
+                                                     row_bias, col_bias, residual)
     _fallback(reason, strict)
-    x = reference_pass(x, *row, num_heads=num_heads, axis="row", eps=eps)
-    return reference_pass(x, *col, num_heads=num_heads, axis="col", eps=eps)
+    x = reference_pass(x, *row, num_heads=num_heads, axis="row", eps=eps, mask=mask, bias=row_bias, residual=residual)
+    return reference_pass(x, *col, num_heads=num_heads, axis="col", eps=eps, mask=mask, bias=col_bias, residual=residual)
 
 
-def axial_attention(x: torch.Tensor, weights: AxialWeights, *, strict: bool = False) -> torch.Tensor:
-    """Row attention then column attention on ``x[B, H, W, D]``; returns a new ``[B, H, W, D]`` tensor."""
+def axial_attention(x: torch.Tensor, weights: AxialWeights, *, mask: torch.Tensor | None = None,
+                    row_bias: torch.Tensor | None = None, col_bias: torch.Tensor | None = None,
+                    residual: bool = True, strict: bool = False) -> torch.Tensor:
+    """Row attention then column attention on ``x[B, H, W, D]``; returns a new ``[B, H, W, D]`` tensor.
+
+    ``mask`` ``[B, H, W]`` (true / 1: present) masks keys in both passes; ``row_bias``
+    ``[1 or B, heads, W, W]`` and ``col_bias`` ``[1 or B, heads, H, H]`` are added to the passes'
+    scaled logits; ``residual=False``: each pass returns its update alone (the column pass then reads
+    the row pass's update). docs/usage.md has the details."""
     if not isinstance(weights, AxialWeights):
         raise TypeError(f"weights must be an axial_fused.AxialWeights (see AxialWeights.from_module / "
                         f"from_state_dict), got {type(weights).__name__}")
-    return _attention(x, weights.row, weights.col, weights.num_heads, weights.eps, strict)
+    return _attention(x, weights.row, weights.col, weights.num_heads, weights.eps, strict, mask, row_bias, col_bias,
+                      residual)
 
 
 def axial_pass(x: torch.Tensor, pass_weights: PassWeights, *, num_heads: int, axis: str, eps: float = 1e-5,
+               mask: torch.Tensor | None = None, bias: torch.Tensor | None = None, residual: bool = True,
                strict: bool = False) -> torch.Tensor:
-    """One pass: ``x + OutProj(MHA(QKV(LN(x))))`` along ``axis`` ("row" or "col")."""
+    """One pass along ``axis`` ("row" or "col"): ``x + OutProj(MHA(QKV(LN(x))))``, with the pass's
+    optional q/k/v bias and sigmoid gate (``PassWeights``), key ``mask`` ``[B, H, W]``, logit
+    ``bias`` ``[1 or B, heads, L, L]``; ``residual=False`` returns ``OutProj(...)`` alone."""
     if axis not in ("row", "col"):
         raise ValueError(f"axis must be 'row' or 'col', got {axis!r}")
     pw = _as_pass(pass_weights, "pass_weights")
@@ -323,13 +405,18 @@ def axial_pass(x: torch.Tensor, pass_weights: PassWeights, *, num_heads: int, ax
     _check_heads(num_heads, dim)
     _check_eps(eps)
     _check_x(x, dim, pw.norm_weight)
-    reason = _reason(x, (pw,), dim, num_heads)
+    if mask is not None or bias is not None or residual is not True:
+        _check_mask(mask, x)
+        _check_bias(bias, x, num_heads, axis, "bias")
+        _check_residual(residual)
+    reason = _reason(x, (pw,), dim, num_heads, (bias,))
     if reason is None:
         if x.shape[0] == 0:
             return torch.empty_like(x, memory_format=torch.contiguous_format)
-        return torch.ops.axial_fused.axial_pass(x, *pw, num_heads, 0 if axis == "row" else 1, eps)
+        return torch.ops.axial_fused.axial_pass(x, *pw[:5], num_heads, 0 if axis == "row" else 1, eps, *pw[5:], mask,
+                                                bias, residual)
     _fallback(reason, strict)
-    return reference_pass(x, *pw, num_heads=num_heads, axis=axis, eps=eps)
+    return reference_pass(x, *pw, num_heads=num_heads, axis=axis, eps=eps, mask=mask, bias=bias, residual=residual)
 
 
 class Config(NamedTuple):

@@ -12,35 +12,59 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["AxialAttentionReference", "reference_pass", "reference_axial_attention"]
+__all__ = ["AxialAttentionReference", "reference_pass", "reference_axial_attention", "MASKED_LOGIT"]
 
 
-def reference_pass(x: torch.Tensor, norm_weight, norm_bias, qkv_weight, out_weight, out_bias, *, num_heads: int,
-                   axis: str, eps: float = 1e-5, attention: str = "sdpa") -> torch.Tensor:
+MASKED_LOGIT = -1e30  # an absent key's logit (the kernels' kMaskedLogit); float16 takes its lowest, -65504
+
+
+def reference_pass(x: torch.Tensor, norm_weight, norm_bias, qkv_weight, out_weight, out_bias, qkv_bias=None,
+                   gate_weight=None, gate_bias=None, *, num_heads: int, axis: str, eps: float = 1e-5,
+                   attention: str = "sdpa", mask: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+                   residual: bool = True) -> torch.Tensor:
     """One axial pass, ``x + OutProj(MHA(QKV(LN(x))))`` along ``axis`` ("row": sequences x[b, i, :, :],
-    "col": sequences x[b, :, j, :]). ``attention``: "sdpa" or "explicit" (softmax(q k^T / sqrt(d)) v)."""
+    "col": sequences x[b, :, j, :]). ``attention``: "sdpa" or "explicit" (softmax(q k^T / sqrt(d)) v).
+
+    The optional features: ``qkv_bias`` [3D] added to the projection; ``gate_weight`` [D, D] /
+    ``gate_bias`` [D]: the attention output times ``sigmoid(LN(x) W_g^T + b_g)`` before the output
+    projection; ``mask`` [B, H, W] (true / nonzero: present): an absent key's logit becomes
+    MASKED_LOGIT (masked_fill, so a query with no key present attends uniformly); ``bias``
+    [1 or B, heads, L, L] added to the scaled logits; ``residual=False``: the update alone."""
     if axis not in ("row", "col"):
         raise ValueError(f"axis must be 'row' or 'col', got {axis!r}")
+    if attention not in ("sdpa", "explicit"):
+        raise ValueError(f"attention must be 'sdpa' or 'explicit', got {attention!r}")
     if axis == "col":
         x = x.transpose(1, 2)
     B, S, L, D = x.shape
     hd = D // num_heads
     h = F.layer_norm(x, (D,), norm_weight, norm_bias, eps)
-    qkv = F.linear(h, qkv_weight)                                   # [B, S, L, 3D]
+    qkv = F.linear(h, qkv_weight, qkv_bias)                         # [B, S, L, 3D]
     qkv = qkv.reshape(B * S, L, 3, num_heads, hd).permute(2, 0, 3, 1, 4)  # [3, B*S, heads, L, hd]
     q, k, v = qkv[0], qkv[1], qkv[2]
-    if attention == "sdpa" and q.numel() > 0:
+    if mask is not None or bias is not None:
+        logits = (q @ k.transpose(-1, -2) / math.sqrt(hd)).reshape(B, S, num_heads, L, L)
+        if bias is not None:
+            logits = logits + bias.unsqueeze(1).to(logits.dtype)
+        if mask is not None:
+            present = (mask if axis == "row" else mask.transpose(1, 2)) != 0  # [B, S, L]: the keys
+            lowest = -65504.0 if logits.dtype == torch.float16 else MASKED_LOGIT
+            logits = logits.masked_fill(~present[:, :, None, None, :], lowest)
+        o = torch.softmax(logits, dim=-1).reshape(B * S, num_heads, L, L) @ v
+    elif attention == "sdpa" and q.numel() > 0:
         o = F.scaled_dot_product_attention(q, k, v)
     elif attention == "sdpa":
         # No sequences: torch 2.11's CUDA SDPA returns None for them in 16-bit dtypes (seen on the
         # H200); plain matmuls give the empty result and its autograd graph.
         o = q @ k.transpose(-1, -2) @ v
-    elif attention == "explicit":
-        o = torch.softmax((q @ k.transpose(-1, -2)) / math.sqrt(hd), dim=-1) @ v
     else:
-        raise ValueError(f"attention must be 'sdpa' or 'explicit', got {attention!r}")
+        o = torch.softmax((q @ k.transpose(-1, -2)) / math.sqrt(hd), dim=-1) @ v
     o = o.transpose(1, 2).reshape(B, S, L, D)
-    out = x + F.linear(o, out_weight, out_bias)
+    if gate_weight is not None:
+        o = o * torch.sigmoid(F.linear(h, gate_weight, gate_bias))
+    out = F.linear(o, out_weight, out_bias)
+    if residual:
+        out = x + out
     return out.transpose(1, 2) if axis == "col" else out
 
 

@@ -1,5 +1,6 @@
 // The output projection's epilogue, shared by every kernel that ends a pass:
 //   out[row] = y + bias + x[row]
+// (OPTIONAL_RESIDUAL, the kernels' EXTRAS variants: out[row] = y + bias where PassParams::residual = 0.)
 // for the pairs (r, c) of a tile whose rows are addressed by a table of offsets (-1: past the end).
 #pragma once
 #include <type_traits>
@@ -33,19 +34,20 @@ struct RowTable {
   __device__ __forceinline__ int64_t o(int r) const { return oo[r]; }
 };
 
-template <class T>
+template <class T, bool OPTIONAL_RESIDUAL = false>
 struct OutEpilogue {
   const T* x;
   const T* bias;
   T* out;
   RowTable rows;
+  bool residual;  // (always true unless OPTIONAL_RESIDUAL)
   __device__ __forceinline__ OutEpilogue(const PassParams& p, const int64_t* xo_, const int64_t* oo_)
       : x(static_cast<const T*>(p.x)), bias(static_cast<const T*>(p.b_out)), out(static_cast<T*>(p.out)),
-        rows{xo_, oo_} {}
+        rows{xo_, oo_}, residual(!OPTIONAL_RESIDUAL || p.residual != 0) {}
   __device__ __forceinline__ void operator()(int r, int c, float a, float b) const {
     const int64_t xr = rows.x(r);
     if (xr < 0) return;
-    const float2 res = load2(x + xr + c);
+    const float2 res = !OPTIONAL_RESIDUAL || residual ? load2(x + xr + c) : make_float2(0.f, 0.f);
     const float2 bv = load2(bias + c);
     store2(out + rows.o(r) + c, a + bv.x + res.x, b + bv.y + res.y);
   }
@@ -63,7 +65,8 @@ struct OutEpilogue {
     const int64_t xr = rows.x(r);
     Addend a;
     a.bias = *reinterpret_cast<const P2*>(bias + c);
-    a.res = xr >= 0 ? *reinterpret_cast<const P2*>(x + xr + c) : Pack2<T>::make(0.f, 0.f);
+    a.res = (!OPTIONAL_RESIDUAL || residual) && xr >= 0 ? *reinterpret_cast<const P2*>(x + xr + c)
+                                                        : Pack2<T>::make(0.f, 0.f);
     return a;
   }
   __device__ __forceinline__ void fold(float& a, float& b, const Addend& add) const {

@@ -5,6 +5,7 @@
 #pragma once
 #include "axial_fused/common/epilogue.cuh"
 #include "axial_fused/common/layernorm.cuh"
+#include "axial_fused/common/logits.cuh"
 #include "axial_fused/sm80/traits.cuh"
 
 namespace axial_fused {
@@ -113,14 +114,15 @@ __device__ __forceinline__ void block_gemm(const typename Tr::T* As, int lda, co
 
 // ---- step 3: online-softmax attention of one warp's 16 queries over a tile of keys -------------
 
+// (o holds the head's HDK padded columns; their last HDK - HD are zero and not stored.)
 template <class Tr>
 struct AttnState {
-  float o[Tr::HD / 8][4];
+  float o[Tr::HDK / 8][4];
   float m[2];  // running max of the scaled logits (log2 units) of rows g and g+8
   float l[2];  // running sum of probabilities (this thread's columns only; reduced at the end)
   __device__ __forceinline__ void init() {
 #pragma unroll
-    for (int j = 0; j < Tr::HD / 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+    for (int j = 0; j < Tr::HDK / 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
     m[0] = m[1] = -INFINITY;
     l[0] = l[1] = 0.f;
   }
@@ -148,23 +150,42 @@ struct AttnState {
   }
 };
 
+// No logit terms: attend_tile's plain form.
+struct NoTerms {
+  static constexpr bool ACTIVE = false;
+  __device__ __forceinline__ float operator()(int, int) const { return 0.f; }
+};
+
+// The logit terms of a warp's two rows (rows g and g + 8): row i's query is LogitRow row[i],
+// its sequence's keys start at key index lo[i] of the tile's numbering (0, or a packed block's row).
+template <class T>
+struct RowTerms {
+  static constexpr bool ACTIVE = true;
+  const PassParams& p;
+  LogitRow<T> row[2];
+  int lo[2];
+  __device__ __forceinline__ float operator()(int i, int col) const { return row[i].term(p, col - lo[i]); }
+};
+
 // Queries: 16 rows at Qs. Keys/values: KN (a tile, BN, unless the short-block form's keys are fewer)
 // rows at Ks/Vs, key index of the first = key0; keys outside
 // [lo[i], hi[i]) are masked for this thread's row i (g, g+8). Masked keys must hold finite values
 // (their probability is 0, and 0 * NaN = NaN): fused_pass_kernel makes sure of it after phase 1.
 // Ps: this warp's 16 x LDP scratch for the probabilities (fp32 modes).
-template <class Tr, int KN = Tr::BN>
+// Terms (the mask and bias, Terms::ACTIVE): terms(i, col) is added to the scaled logit of this
+// thread's row i and key `col` inside [lo[i], hi[i]) (LogitRow::term).
+template <class Tr, int KN = Tr::BN, class Terms = NoTerms>
 __device__ __forceinline__ void attend_tile(AttnState<Tr>& st, const typename Tr::T* Qs, int ldq,
                                             const typename Tr::T* Ks, const typename Tr::T* Vs, int ldkv,
                                             int key0, const int (&lo)[2], const int (&hi)[2], float scale_log2,
-                                            typename Tr::T* Ps) {
+                                            typename Tr::T* Ps, const Terms& terms = Terms{}) {
   static_assert(KN % 16 == 0 && KN <= Tr::BN, "a key tile of 16 to BN keys");
   constexpr int NT = KN / 8;
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   float s[NT][4];
 #pragma unroll
   for (int j = 0; j < NT; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
-  warp_mma_nt<Tr::M, Tr::HD, NT>(s, Qs, ldq, Ks, ldkv);
+  warp_mma_nt<Tr::M, Tr::HDK, NT>(s, Qs, ldq, Ks, ldkv);
 
   // Keys outside a row's [lo, hi) get -inf; a tile inside both rows' ranges (the common case) skips
   // the comparisons. The max is taken on raw scores (scale > 0) and the scale is folded into the
@@ -179,6 +200,17 @@ __device__ __forceinline__ void attend_tile(AttnState<Tr>& st, const typename Tr
         if (col < lo[r] || col >= hi[r]) s[j][e] = -INFINITY;
       }
     }
+  }
+  if constexpr (Terms::ACTIVE) {  // the logits scaled and their terms added here: the rest takes scale 1
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = key0 + j * 8 + 2 * t + (e & 1), r = e >> 1;
+        if (col >= lo[r] && col < hi[r]) s[j][e] = fmaf(s[j][e], scale_log2, terms(r, col));
+      }
+    }
+    scale_log2 = 1.f;
   }
   float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -207,14 +239,14 @@ __device__ __forceinline__ void attend_tile(AttnState<Tr>& st, const typename Tr
 #pragma unroll
   for (int r = 0; r < 2; ++r) st.l[r] = st.l[r] * alpha[r] + rs[r];
 #pragma unroll
-  for (int j = 0; j < Tr::HD / 8; ++j) {
+  for (int j = 0; j < Tr::HDK / 8; ++j) {
     st.o[j][0] *= alpha[0];
     st.o[j][1] *= alpha[0];
     st.o[j][2] *= alpha[1];
     st.o[j][3] *= alpha[1];
   }
   if constexpr (Tr::M == Mma::Tc16) {
-    warp_mma_reg_nn<NT, Tr::HD / 8>(st.o, s, Vs, ldkv);
+    warp_mma_reg_nn<NT, Tr::HDK / 8>(st.o, s, Vs, ldkv);
   } else {
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
@@ -222,7 +254,7 @@ __device__ __forceinline__ void attend_tile(AttnState<Tr>& st, const typename Tr
       store2(Ps + (g + 8) * Tr::LDP + j * 8 + 2 * t, s[j][2], s[j][3]);
     }
     __syncwarp();
-    warp_mma_nn<Tr::M, KN, Tr::HD / 8>(st.o, Ps, Tr::LDP, Vs, ldkv);
+    warp_mma_nn<Tr::M, KN, Tr::HDK / 8>(st.o, Ps, Tr::LDP, Vs, ldkv);
     __syncwarp();
   }
 }
@@ -243,11 +275,13 @@ __device__ __forceinline__ void row_offsets(const PassParams& p, int64_t* xo, in
 
 // Output projection of the BM x D attention output in `os` + bias + residual, rows addressed by the
 // offsets from row_offsets (which must be visible to all threads: a barrier after writing them).
-template <class Tr, bool PRE = false, int SPLIT = 1>
+// (EXTRAS: the residual as PassParams::residual says.)
+template <class Tr, bool PRE = false, int SPLIT = 1, bool EXTRAS = false>
 __device__ __forceinline__ void out_projection(const PassParams& p, const typename Tr::T* os, typename Tr::T* ws,
                                                bool active, const int64_t* xo, const int64_t* oo) {
   using T = typename Tr::T;
-  block_gemm<Tr, Tr::D, Tr::D, PRE, SPLIT>(os, Tr::LDX, static_cast<const T*>(p.w_out), ws, active, OutEpilogue<T>(p, xo, oo));
+  block_gemm<Tr, Tr::D, Tr::D, PRE, SPLIT>(os, Tr::LDX, static_cast<const T*>(p.w_out), ws, active,
+                                           OutEpilogue<T, EXTRAS>(p, xo, oo));
 }
 
 }  // namespace axial_fused

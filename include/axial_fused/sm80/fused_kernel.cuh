@@ -20,11 +20,12 @@
 
 namespace axial_fused {
 
-template <class Tr>
+// EXTRAS: the optional features (has_extras); the plain variant compiles without them.
+template <class Tr, bool EXTRAS = false>
 __global__ void __launch_bounds__(Tr::THREADS) fused_pass_kernel(const __grid_constant__ PassParams p) {
   pdl_entry();
   using T = typename Tr::T;
-  constexpr int D = Tr::D, HD = Tr::HD, BM = Tr::BM, BN = Tr::BN, LDQKV = Tr::LDQKV;
+  constexpr int D = Tr::D, HD = Tr::HD, HDK = Tr::HDK, HW = Tr::HW, BM = Tr::BM, BN = Tr::BN, LDQKV = Tr::LDQKV;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   int64_t* xo = reinterpret_cast<int64_t*>(smem_raw);             // BM row offsets into x
   int64_t* oo = xo + BM;                                          // BM row offsets into out
@@ -32,7 +33,20 @@ __global__ void __launch_bounds__(Tr::THREADS) fused_pass_kernel(const __grid_co
   T* xs = reinterpret_cast<T*>(base);                             // BM x LDX
   T* ws = reinterpret_cast<T*>(base + Tr::X_BYTES);               // 2 x WN x LDW
   T* ps = reinterpret_cast<T*>(base + Tr::X_BYTES + Tr::W_BYTES);                 // NW x 16 x LDP
-  T* qkv = reinterpret_cast<T*>(base + Tr::X_BYTES + Tr::W_BYTES + Tr::P_BYTES);  // rows_alloc x LDQKV
+  T* qkv = reinterpret_cast<T*>(base + Tr::X_BYTES + Tr::W_BYTES + Tr::P_BYTES);  // rows_alloc x ldq
+  // q | k | v (| g: the gate's pre-activation, PassParams::gated) of each token, rows ldq apart, in
+  // sections of HW columns, a head's HD columns at h * HDK of its section (Traits::fused_col).
+  const bool gated = EXTRAS && p.gated;
+  const int ldq = gated ? Tr::LDQKVG : LDQKV;
+  const T* qkv_bias = EXTRAS ? static_cast<const T*>(p.qkv_bias) : nullptr;
+  auto put_qkv = [&](int r, int c, float a, float b) {
+    if (qkv_bias) {
+      const float2 qb = load2(qkv_bias + c);
+      a += qb.x;
+      b += qb.y;
+    }
+    store2(qkv + r * ldq + Tr::fused_col(c), a, b);  // (a pair never straddles two heads: HD is even)
+  };
 
   const int L = p.len, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2;
   const int rg = warp % Tr::RG, cg = warp / Tr::RG;
@@ -57,6 +71,13 @@ __global__ void __launch_bounds__(Tr::THREADS) fused_pass_kernel(const __grid_co
   // and the first query tile's offsets are computed here, beside the first loads.
   const T* w_qkv = static_cast<const T*>(p.w_qkv);
   request_chunk<Tr, 3 * D, D>(w_qkv, ws, 0);
+  if constexpr (Tr::PADDED) {  // the heads' padding columns, which no product writes, are zero
+    const int slots = (gated ? 4 : 3) * Tr::HEADS, per_row = slots * (HDK - HD);
+    for (int i = threadIdx.x; i < rows_alloc * per_row; i += Tr::THREADS) {
+      const int r = i / per_row, j = i % per_row;
+      qkv[r * ldq + (j / (HDK - HD)) * HDK + HD + j % (HDK - HD)] = Pack2<T>::make(0.f, 0.f).x;
+    }
+  }
   offsets(0);
   // The first tile's LayerNorm takes its rows' offsets from offsets(0) (the same BM rows: xo[r] is row
   // r's x offset, -1 past the end) instead of dividing again, at the price of this barrier.
@@ -68,8 +89,11 @@ __global__ void __launch_bounds__(Tr::THREADS) fused_pass_kernel(const __grid_co
     layernorm_tile<Tr, BM / 2>(p, xs, [&](int r) -> int64_t { return xo[r]; });
     __syncthreads();
     AXIAL_PHASE(0);
-    block_gemm<Tr, 3 * D, D, true, 2>(xs, Tr::LDX, w_qkv, ws, true,
-                                      [&](int r, int c, float a, float b) { store2(qkv + r * LDQKV + c, a, b); });
+    if (gated) {
+      block_gemm<Tr, 4 * D, D, true, 2>(xs, Tr::LDX, w_qkv, ws, true, put_qkv);
+    } else {
+      block_gemm<Tr, 3 * D, D, true, 2>(xs, Tr::LDX, w_qkv, ws, true, put_qkv);
+    }
     AXIAL_PHASE(1);
   } else {
     for (int r0 = 0; r0 < rows_alloc; r0 += BM) {
@@ -81,8 +105,12 @@ __global__ void __launch_bounds__(Tr::THREADS) fused_pass_kernel(const __grid_co
       });
       __syncthreads();
       AXIAL_PHASE(0);
-      block_gemm<Tr, 3 * D, D, true>(xs, Tr::LDX, w_qkv, ws, true,
-                                     [&](int r, int c, float a, float b) { store2(qkv + (r0 + r) * LDQKV + c, a, b); });
+      auto put = [&](int r, int c, float a, float b) { put_qkv(r0 + r, c, a, b); };
+      if (gated) {
+        block_gemm<Tr, 4 * D, D, true>(xs, Tr::LDX, w_qkv, ws, true, put);
+      } else {
+        block_gemm<Tr, 3 * D, D, true>(xs, Tr::LDX, w_qkv, ws, true, put);
+      }
       AXIAL_PHASE(1);
     }
   }
@@ -96,11 +124,11 @@ __global__ void __launch_bounds__(Tr::THREADS) fused_pass_kernel(const __grid_co
   if (p.group > 1) {
     const float nan = __int_as_float(0x7fffffff);
     for (int i = threadIdx.x; i < rows * (D / 2); i += Tr::THREADS) {
-      T* k = qkv + (i / (D / 2)) * LDQKV + D + 2 * (i % (D / 2));
-      const float2 v = load2(k + D);
+      T* k = qkv + (i / (D / 2)) * ldq + HW + Tr::fused_col(2 * (i % (D / 2)));
+      const float2 v = load2(k + HW);
       if (!(isfinite(v.x) && isfinite(v.y))) {
         store2(k, nan, nan);
-        store2(k + D, 0.f, 0.f);
+        store2(k + HW, 0.f, 0.f);
       }
     }
     __syncthreads();
@@ -122,29 +150,46 @@ __global__ void __launch_bounds__(Tr::THREADS) fused_pass_kernel(const __grid_co
       const int lo[2] = {ra / L * L, rb / L * L};
       const int hi[2] = {lo[0] + L, lo[1] + L};
       const int klo = rw / L * L / BN * BN, khi = min(rw + 15, rows - 1) / L * L + L;
+      const bool terms = EXTRAS && (p.mask != nullptr || p.bias != nullptr);
       for (int h = slot; h < Tr::HEADS; h += slots) {
         AttnState<Tr> st;
         st.init();
-        if (short_block) {  // all the block's keys in one tile of BM / 2 (<= BN) keys, from key 0
-          static_assert(BM / 2 <= BN, "the short-block form's key tile");
-          attend_tile<Tr, BM / 2>(st, qkv + rw * LDQKV + h * HD, LDQKV, qkv + D + h * HD, qkv + 2 * D + h * HD, LDQKV, 0,
-                                  lo, hi, p.scale_log2, ps + warp * 16 * Tr::LDP);
-        } else {
-          for (int kt = klo; kt < khi; kt += BN) {
-            attend_tile<Tr>(st, qkv + rw * LDQKV + h * HD, LDQKV, qkv + kt * LDQKV + D + h * HD,
-                            qkv + kt * LDQKV + 2 * D + h * HD, LDQKV, kt, lo, hi, p.scale_log2, ps + warp * 16 * Tr::LDP);
+        auto attend = [&](const auto& tm) {
+          if (short_block) {  // all the block's keys in one tile of BM / 2 (<= BN) keys, from key 0
+            static_assert(BM / 2 <= BN, "the short-block form's key tile");
+            attend_tile<Tr, BM / 2>(st, qkv + rw * ldq + h * HDK, ldq, qkv + HW + h * HDK, qkv + 2 * HW + h * HDK, ldq, 0,
+                                    lo, hi, p.scale_log2, ps + warp * 16 * Tr::LDP, tm);
+          } else {
+            for (int kt = klo; kt < khi; kt += BN) {
+              attend_tile<Tr>(st, qkv + rw * ldq + h * HDK, ldq, qkv + kt * ldq + HW + h * HDK,
+                              qkv + kt * ldq + 2 * HW + h * HDK, ldq, kt, lo, hi, p.scale_log2, ps + warp * 16 * Tr::LDP,
+                              tm);
+            }
           }
+        };
+        if (terms) {
+          const SeqTerms<T> seq_a(p, s0 + ra / L), seq_b(p, s0 + rb / L);  // this thread's rows' sequences
+          attend(RowTerms<T>{p, {seq_a.row(p, h, ra % L), seq_b.row(p, h, rb % L)}, {lo[0], lo[1]}});
+        } else {
+          attend(NoTerms{});
         }
-        st.store(xs + arg * 16 * Tr::LDX + h * HD, Tr::LDX);
+        if (gated) {  // o * sigmoid(g), g in the query row's gate columns
+          st.store_to([&](int r, int c, float a, float b) {
+            const float2 gv = load2(qkv + (rw + r) * ldq + 3 * HW + h * HDK + c);
+            store2(xs + (arg * 16 + r) * Tr::LDX + h * HD + c, a * gate_of(gv.x), b * gate_of(gv.y));
+          });
+        } else {
+          st.store(xs + arg * 16 * Tr::LDX + h * HD, Tr::LDX);
+        }
       }
     }
     AXIAL_PHASE(2);
     __syncthreads();
     AXIAL_PHASE(3);
     if (short_block) {
-      out_projection<Tr, true, 2>(p, xs, ws, active, xo, oo);
+      out_projection<Tr, true, 2, EXTRAS>(p, xs, ws, active, xo, oo);
     } else {
-      out_projection<Tr, true>(p, xs, ws, active, xo, oo);
+      out_projection<Tr, true, 1, EXTRAS>(p, xs, ws, active, xo, oo);
     }
     AXIAL_PHASE(4);
   }

@@ -18,7 +18,15 @@ struct Traits {
   static constexpr int VEC = 16 / ESZ;              // elements per 16-byte copy
   static constexpr int BN = ESZ == 4 ? 32 : 64;     // keys per attention tile
   static constexpr int BK = 128 / ESZ;              // weight columns per streamed chunk (128 bytes)
-  static constexpr int LDX = D + PAD, LDQKV = 3 * D + PAD, LDH = HD + PAD, LDW = BK + PAD, LDP = BN + PAD;
+  // A head's q / k / v tile is HDK columns wide: head_dim rounded up to the products' tile (k16 x n16
+  // for 16-bit; tf32 takes k8), the extra columns zero (head_dim 8 and 24: AF2's extra-MSA stack,
+  // AF3's single attention). The fused buffer's row holds q | k | v (| g) in sections of HW columns.
+  static constexpr int HDK = M == Mma::Tc16 ? (HD + 15) / 16 * 16 : HD, HW = HEADS * HDK;
+  static constexpr bool PADDED = HDK != HD;
+  static constexpr int LDX = D + PAD, LDQKV = 3 * HW + PAD, LDH = HDK + PAD, LDW = BK + PAD, LDP = BN + PAD;
+  static constexpr int LDQKVG = 4 * HW + PAD;  // the fused buffer's rows with the gate's block
+  // Where column c of the QKV product (section c / D, head, offset) lives in the fused buffer's row.
+  static constexpr __host__ __device__ int fused_col(int c) { return PADDED ? c / HD * HDK + c % HD : c; }
 
   // Warps: RG row groups of 16 tokens x CG column groups. In the projections the column groups take
   // different 64-wide output chunks; in attention they take different heads. Two column groups where
@@ -42,14 +50,14 @@ struct Traits {
   static constexpr size_t OFF_BYTES = 2ull * BM * sizeof(int64_t);   // per-row x and out offsets of a tile
   static constexpr size_t Q_BYTES = 2ull * CG * BM * LDH * ESZ;      // two-kernel: CG heads of queries, 2 stages
   static constexpr size_t KV_BYTES = 4ull * CG * BN * LDH * ESZ;     // two-kernel: K and V tiles, 2 stages
-  static constexpr size_t fused_bytes(int rows) {
-    return OFF_BYTES + X_BYTES + W_BYTES + P_BYTES + size_t(rows) * LDQKV * ESZ;
+  static constexpr size_t fused_bytes(int rows, bool gated = false) {
+    return OFF_BYTES + X_BYTES + W_BYTES + P_BYTES + size_t(rows) * (gated ? LDQKVG : LDQKV) * ESZ;
   }
   static constexpr size_t K1_BYTES = X_BYTES + W_BYTES;
   static constexpr size_t K2_BYTES = OFF_BYTES + k2_bytes(CG);
 
   static_assert(D % 64 == 0, "dim must be a multiple of 64");
-  static_assert(D % HEADS == 0 && HD % 16 == 0 && HD <= 128, "head_dim must be a multiple of 16, at most 128");
+  static_assert(D % HEADS == 0 && HD % 8 == 0 && HD <= 128, "head_dim must be a multiple of 8, at most 128");
   static_assert(std::is_same<T, float>::value == (M != Mma::Tc16), "tensor-core 16-bit mode iff 16-bit storage");
 };
 

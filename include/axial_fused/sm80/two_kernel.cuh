@@ -12,7 +12,8 @@
 
 namespace axial_fused {
 
-template <class Tr>
+// EXTRAS (has_extras): the q/k/v bias and the gate's block (nq = 4D); the plain variant compiles without them.
+template <class Tr, bool EXTRAS = false>
 __global__ void __launch_bounds__(Tr::THREADS) ln_qkv_kernel(const __grid_constant__ PassParams p) {
   pdl_entry();
   using T = typename Tr::T;
@@ -21,6 +22,8 @@ __global__ void __launch_bounds__(Tr::THREADS) ln_qkv_kernel(const __grid_consta
   T* xs = reinterpret_cast<T*>(smem_raw);
   T* ws = reinterpret_cast<T*>(smem_raw + Tr::X_BYTES);
   T* qkv = static_cast<T*>(p.scratch);
+  const T* qkv_bias = EXTRAS ? static_cast<const T*>(p.qkv_bias) : nullptr;
+  const int nq = EXTRAS ? p.nq : 3 * D;
   const int64_t L = p.len, tokens = p.num_seq * L, t0 = int64_t(blockIdx.x) * Tr::BM;
 
   layernorm_tile<Tr>(p, xs, [&](int r) -> int64_t {
@@ -28,9 +31,20 @@ __global__ void __launch_bounds__(Tr::THREADS) ln_qkv_kernel(const __grid_consta
     return tk < tokens ? x_offset(p, tk / L, tk % L) : -1;
   });
   __syncthreads();
-  block_gemm<Tr, 3 * D, D>(xs, Tr::LDX, static_cast<const T*>(p.w_qkv), ws, true, [&](int r, int c, float a, float b) {
-    if (t0 + r < tokens) store2(qkv + (t0 + r) * (3 * D) + c, a, b);
-  });
+  auto put = [&](int r, int c, float a, float b) {
+    if (t0 + r >= tokens) return;
+    if (qkv_bias) {
+      const float2 qb = load2(qkv_bias + c);
+      a += qb.x;
+      b += qb.y;
+    }
+    store2(qkv + (t0 + r) * nq + c, a, b);
+  };
+  if (EXTRAS && p.gated) {  // the gate's block too: nq = 4D columns
+    block_gemm<Tr, 4 * D, D>(xs, Tr::LDX, static_cast<const T*>(p.w_qkv), ws, true, put);
+  } else {
+    block_gemm<Tr, 3 * D, D>(xs, Tr::LDX, static_cast<const T*>(p.w_qkv), ws, true, put);
+  }
 }
 
 // Shared-memory layout of attn_out_kernel. Generic: [row offsets][xs: BM x LDX][q][p][k/v, later W].
@@ -53,7 +67,8 @@ struct AttnOutLayout {
                 "Hopper attn_out layout");
 };
 
-template <class Tr, bool SM90>
+// EXTRAS: the mask, the bias, the gate and the optional residual (has_extras).
+template <class Tr, bool SM90, bool EXTRAS = false>
 __global__ void __launch_bounds__(Tr::THREADS) attn_out_kernel(const __grid_constant__ PassParams p) {
   pdl_entry();
 #if !AXIAL_FUSED_SM90
@@ -64,7 +79,7 @@ __global__ void __launch_bounds__(Tr::THREADS) attn_out_kernel(const __grid_cons
 #endif
   using T = typename Tr::T;
   using Lay = AttnOutLayout<Tr, SM90>;
-  constexpr int D = Tr::D, HD = Tr::HD, BM = Tr::BM, BN = Tr::BN, LDH = Tr::LDH, VEC = Tr::VEC, CG = Tr::CG;
+  constexpr int D = Tr::D, HD = Tr::HD, HDK = Tr::HDK, BM = Tr::BM, BN = Tr::BN, LDH = Tr::LDH, VEC = Tr::VEC, CG = Tr::CG;
   constexpr int HG = (Tr::HEADS + CG - 1) / CG;  // head groups: CG heads at a time, one per column group
   extern __shared__ __align__(16) unsigned char smem_raw[];
   int64_t* xo = reinterpret_cast<int64_t*>(smem_raw);
@@ -80,7 +95,8 @@ __global__ void __launch_bounds__(Tr::THREADS) attn_out_kernel(const __grid_cons
   const int nqt = (L + BM - 1) / BM, nkt = (L + BN - 1) / BN;
   const int64_t s = blockIdx.x / nqt;
   const int q0 = int(blockIdx.x % nqt) * BM;
-  const T* base = static_cast<const T*>(p.scratch) + s * L * (3 * D);
+  const int ld = EXTRAS ? p.nq : 3 * D;  // scratch row length: 3D, or 4D with the gate
+  const T* base = static_cast<const T*>(p.scratch) + s * L * ld;
 
   row_offsets<Tr>(p, xo, oo, [&](int r, int64_t& ss, int64_t& l) {
     ss = s;
@@ -95,17 +111,18 @@ __global__ void __launch_bounds__(Tr::THREADS) attn_out_kernel(const __grid_cons
       if (h >= Tr::HEADS) break;
       if (kt == 0) {
         T* qd = qs + ((hg & 1) * CG + c2) * BM * LDH;
-        for (int v = threadIdx.x; v < BM * HD / VEC; v += Tr::THREADS) {
-          const int r = v / (HD / VEC), c = (v % (HD / VEC)) * VEC, row = q0 + r;
-          const bool ok = row < L;
-          cp_async16(qd + r * LDH + c, ok ? base + int64_t(row) * 3 * D + h * HD + c : base, ok);
+        // (each row's HDK - HD padding columns zero-filled: the copies of c >= HD read nothing)
+        for (int v = threadIdx.x; v < BM * HDK / VEC; v += Tr::THREADS) {
+          const int r = v / (HDK / VEC), c = (v % (HDK / VEC)) * VEC, row = q0 + r;
+          const bool ok = row < L && c < HD;
+          cp_async16(qd + r * LDH + c, ok ? base + int64_t(row) * ld + h * HD + c : base, ok);
         }
       }
       T* ks = kv + (buf * CG + c2) * 2 * BN * LDH;
-      for (int v = threadIdx.x; v < BN * HD / VEC; v += Tr::THREADS) {
-        const int r = v / (HD / VEC), c = (v % (HD / VEC)) * VEC, row = kt * BN + r;
-        const bool ok = row < L;
-        const T* src = ok ? base + int64_t(row) * 3 * D + D + h * HD + c : base;
+      for (int v = threadIdx.x; v < BN * HDK / VEC; v += Tr::THREADS) {
+        const int r = v / (HDK / VEC), c = (v % (HDK / VEC)) * VEC, row = kt * BN + r;
+        const bool ok = row < L && c < HD;
+        const T* src = ok ? base + int64_t(row) * ld + D + h * HD + c : base;
         cp_async16(ks + r * LDH + c, src, ok);
         cp_async16(ks + BN * LDH + r * LDH + c, ok ? src + D : base, ok);
       }
@@ -116,6 +133,9 @@ __global__ void __launch_bounds__(Tr::THREADS) attn_out_kernel(const __grid_cons
   const int rw = q0 + rg * 16;
   const bool active = rw < L;
   const int lo[2] = {0, 0}, hi[2] = {L, L};
+  const bool terms = EXTRAS && (p.mask != nullptr || p.bias != nullptr), gated = EXTRAS && p.gated;
+  const int qa = min(rw + ((threadIdx.x & 31) >> 2), L - 1), qb = min(qa + 8, L - 1);  // this thread's queries
+  const SeqTerms<T> seq = EXTRAS ? SeqTerms<T>(p, s) : SeqTerms<T>();
   const int iters = HG * nkt;
   AttnState<Tr> st;
   load(0);
@@ -131,22 +151,38 @@ __global__ void __launch_bounds__(Tr::THREADS) attn_out_kernel(const __grid_cons
     if (active && h < Tr::HEADS) {
       if (kt == 0) st.init();
       const T* ks = kv + ((it & 1) * CG + cg) * 2 * BN * LDH;
-      attend_tile<Tr>(st, qs + ((hg & 1) * CG + cg) * BM * LDH + rg * 16 * LDH, LDH, ks, ks + BN * LDH, LDH, kt * BN,
-                      lo, hi, p.scale_log2, ps + warp * 16 * Tr::LDP);
+      const T* qt = qs + ((hg & 1) * CG + cg) * BM * LDH + rg * 16 * LDH;
+      if (terms) {
+        attend_tile<Tr>(st, qt, LDH, ks, ks + BN * LDH, LDH, kt * BN, lo, hi, p.scale_log2, ps + warp * 16 * Tr::LDP,
+                        RowTerms<T>{p, {seq.row(p, h, qa), seq.row(p, h, qb)}, {0, 0}});
+      } else {
+        attend_tile<Tr>(st, qt, LDH, ks, ks + BN * LDH, LDH, kt * BN, lo, hi, p.scale_log2, ps + warp * 16 * Tr::LDP);
+      }
       if (kt == nkt - 1) {
-        if constexpr (SM90) {
-          st.store_to([&](int r, int c, float a, float b) { store2(xs + sw128_index<BM>(rg * 16 + r, h * HD + c), a, b); });
-        } else {
-          st.store(xs + rg * 16 * Tr::LDX + h * HD, Tr::LDX);
-        }
+        // o (times sigmoid(g), the gate's pre-activation in the query's scratch row) into the tile.
+        auto put = [&](int r, int c, float a, float b) {
+          if (gated) {
+            const int q = min(rw + r, L - 1);
+            const float2 gv = load2(base + int64_t(q) * ld + 3 * D + h * HD + c);
+            a *= gate_of(gv.x);
+            b *= gate_of(gv.y);
+          }
+          if constexpr (SM90) {
+            store2(xs + sw128_index<BM>(rg * 16 + r, h * HD + c), a, b);
+          } else {
+            store2(xs + (rg * 16 + r) * Tr::LDX + h * HD + c, a, b);
+          }
+        };
+        st.store_to(put);
       }
     }
     __syncthreads();
   }
   if constexpr (SM90) {
-    wg_gemm<T, 1, Lay::OWGN, Lay::OBNW, D, D, Lay::OS>(xs, static_cast<const T*>(p.w_out), kv, OutEpilogue<T>(p, xo, oo));
+    wg_gemm<T, 1, Lay::OWGN, Lay::OBNW, D, D, Lay::OS>(xs, static_cast<const T*>(p.w_out), kv,
+                                                       OutEpilogue<T, EXTRAS>(p, xo, oo));
   } else {
-    out_projection<Tr>(p, xs, kv, active, xo, oo);
+    out_projection<Tr, false, 1, EXTRAS>(p, xs, kv, active, xo, oo);
   }
 }
 

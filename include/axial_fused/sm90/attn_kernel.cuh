@@ -23,6 +23,7 @@
 
 #include <type_traits>
 
+#include "axial_fused/common/logits.cuh"
 #include "axial_fused/sm90/wg_gemm.cuh"
 
 namespace axial_fused {
@@ -142,7 +143,10 @@ __device__ __forceinline__ void cp_async_wait_upto(int n) {
 // The kernel's body; OTMA (AttnSm90::OUT_TMA): the output projection's weight by tensor-map copies
 // from `omap` (W_out with boxes of OUT_KW x WGN * OUT_BNW).
 // SPLIT: the attention alone (AttnSm90's SPLIT).
-template <class T, int D, int HEADS, bool OTMA = false, int SPLIT = 0>
+// EXTRAS: the features (has_extras): the mask's and bias's terms of each unit's scores, loaded before
+// its S product, the gate's factor on the head's output (the scratch's rows are p.nq long), the
+// optional residual.
+template <class T, int D, int HEADS, bool OTMA = false, int SPLIT = 0, bool EXTRAS = false>
 __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* omap = nullptr) {
 #if AXIAL_FUSED_SM90  // (sm_90a device code only, as the kernels' bodies: the host pass never sees it)
   using C = AttnSm90<T, D, HEADS, SPLIT>;
@@ -166,7 +170,8 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
   const int nqt = (L + BM - 1) / BM, nkt = (L + BN - 1) / BN;
   const int64_t s = blockIdx.x / nqt;
   const int q0 = int(blockIdx.x % nqt) * BM;
-  const T* qkv = static_cast<const T*>(p.scratch) + s * L * (3 * D);
+  const int ld = EXTRAS ? p.nq : 3 * D;  // the scratch's row length
+  const T* qkv = static_cast<const T*>(p.scratch) + s * L * ld;
 
   if constexpr (SPLIT == 0) {
     for (int r = tid; r < BM; r += 256) {
@@ -190,15 +195,15 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
   constexpr int RPP = 128 / CH;
   static_assert(RPP % 8 == 0 && BM % RPP == 0 && BN % RPP == 0, "whole passes of the warpgroup");
   const int lr = wtid / CH, lc = wtid % CH;
-  const T* src0 = qkv + int64_t(lr) * (3 * D) + lc * 8;
+  const T* src0 = qkv + int64_t(lr) * ld + lc * 8;
   const uint32_t dst0 = lr * RB + ((lc ^ swz_row<RB>(lr)) << 4);
   auto copy_rows = [&](uint32_t dst, int row0, auto rows_c, int col) {
     constexpr int NR = decltype(rows_c)::value;
-    const T* from = src0 + int64_t(row0) * (3 * D) + col;
+    const T* from = src0 + int64_t(row0) * ld + col;
 #pragma unroll
     for (int pass = 0; pass < NR / RPP; ++pass) {
       const bool ok = row0 + lr + pass * RPP < L;
-      cp_async16_shared(dst + dst0 + pass * RPP * RB, ok ? from + pass * RPP * (3 * D) : qkv, ok);
+      cp_async16_shared(dst + dst0 + pass * RPP * RB, ok ? from + pass * RPP * ld : qkv, ok);
     }
   };
   using QRows = std::integral_constant<int, BM>;
@@ -213,11 +218,11 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
       if (n == 0) copy_rows(q_base + (i & 1) * C::Q_BYTES, q0, QRows{}, h * HD);
       const uint32_t st = r_base + ld_s * C::STAGE;
       if (kt * BN + BN <= L) {
-        const T* from = src0 + int64_t(kt * BN) * (3 * D) + D + h * HD;
+        const T* from = src0 + int64_t(kt * BN) * ld + D + h * HD;
 #pragma unroll
         for (int pass = 0; pass < BN / RPP; ++pass) {
-          cp_async16_shared(st + dst0 + pass * RPP * RB, from + pass * RPP * (3 * D));
-          cp_async16_shared(st + BN * RB + dst0 + pass * RPP * RB, from + D + pass * RPP * (3 * D));
+          cp_async16_shared(st + dst0 + pass * RPP * RB, from + pass * RPP * ld);
+          cp_async16_shared(st + BN * RB + dst0 + pass * RPP * RB, from + D + pass * RPP * ld);
         }
       } else {
         copy_rows(st, kt * BN, KRows{}, D + h * HD);
@@ -230,6 +235,10 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
     cp_async_commit();  // possibly empty: one group per chunk
   };
   for (int j = 0; j < la; ++j) load(j);
+
+  // EXTRAS: this sequence's mask and bias (the terms of its logits), and whether there are any.
+  const SeqTerms<T> seq = EXTRAS ? SeqTerms<T>(p, s) : SeqTerms<T>();
+  const bool terms = EXTRAS && (p.mask != nullptr || p.bias != nullptr);
 
   AXIAL_PHASE(0);
   for (int i = 0; i < nh; ++i) {
@@ -293,10 +302,23 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
       }
       fence_regs(sc);
       AXIAL_PHASE(2);
+      float scale = p.scale_log2;
+      if constexpr (EXTRAS) {
+        if (terms) {  // the scores scaled and their terms added here: the softmax takes scale 1
+          // (loaded here, after S: loaded before it, the terms' registers would spill, at 128 a
+          // thread, and one block per SM to give them room is slower: docs/performance.md)
+          FragmentTerms<T, BN / 8> tm;
+          const int ra = q0 + M * 64 + warp * 16 + g, rb = ra + 8;
+          const LogitRow<T> rows[2] = {seq.row(p, h, ra < L ? ra : L - 1), seq.row(p, h, rb < L ? rb : L - 1)};
+          tm.load_keys(p, rows, kt * BN, L);
+          tm.apply(sc, scale);
+          scale = 1.f;
+        }
+      }
       if constexpr (MASK) {
         if (kt * BN + BN > L) mask_keys<BN>(sc, L - kt * BN);
       }
-      softmax_tile<T, BN>(sc, m_run[M], l_run[M], alpha, p_buf[CUR], p.scale_log2);
+      softmax_tile<T, BN>(sc, m_run[M], l_run[M], alpha, p_buf[CUR], scale);
       AXIAL_PHASE(3);
       if constexpr (!FIRST) {
         wgmma_wait<0>();
@@ -353,21 +375,41 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
         inv[hr] = 1.f / l;
       }
       const int r0 = 64 * m + warp * 16 + g;
+      // SPLIT with the gate: gf[e] = sigmoid(g) of output element e, g from the query's scratch row
+      // (the fused form applies the gate to the whole output tile after the last head, below).
+      float gf[HD / 2];
+#pragma unroll
+      for (int e = 0; e < HD / 2; ++e) gf[e] = 1.f;
+      if constexpr (EXTRAS && SPLIT != 0) {
+        if (p.gated) {
+#pragma unroll
+          for (int hr = 0; hr < 2; ++hr) {
+            const int q = q0 + r0 + 8 * hr < L ? q0 + r0 + 8 * hr : L - 1;
+#pragma unroll
+            for (int jb = 0; jb < HD / 8; ++jb) {
+              const float2 gv = load2(qkv + int64_t(q) * ld + 3 * D + h * HD + 8 * jb + 2 * t);
+              gf[4 * jb + 2 * hr] = gate_of(gv.x);
+              gf[4 * jb + 2 * hr + 1] = gate_of(gv.y);
+            }
+          }
+        }
+      }
       if constexpr (SPLIT != 0) {
         float ov[HD / 2];  // (a copy: writing the accumulators themselves makes ptxas fence the wgmma)
 #pragma unroll
-        for (int e = 0; e < HD / 2; ++e) ov[e] = o[m][e] * inv[(e >> 1) & 1];
-        T* const o_rows = const_cast<T*>(qkv) + int64_t(q0) * (3 * D);
+        for (int e = 0; e < HD / 2; ++e) ov[e] = o[m][e] * inv[(e >> 1) & 1] * gf[e];
+        T* const o_rows = const_cast<T*>(qkv) + int64_t(q0) * ld;
         auto put = [&](int r, int c, uint4 v) {
-          if (q0 + r < L) st_global_16(o_rows + int64_t(r) * (3 * D) + c, v);
+          if (q0 + r < L) st_global_16(o_rows + int64_t(r) * ld + c, v);
         };
         store_vec8<T, HD>(ov, r0, h * HD, t, put);
       } else {
 #pragma unroll
         for (int jb = 0; jb < HD / 8; ++jb) {
           const int c = h * HD + 8 * jb + 2 * t;
-          store2(O + sw128_index<BM>(r0, c), o[m][4 * jb] * inv[0], o[m][4 * jb + 1] * inv[0]);
-          store2(O + sw128_index<BM>(r0 + 8, c), o[m][4 * jb + 2] * inv[1], o[m][4 * jb + 3] * inv[1]);
+          store2(O + sw128_index<BM>(r0, c), o[m][4 * jb] * inv[0] * gf[4 * jb], o[m][4 * jb + 1] * inv[0] * gf[4 * jb + 1]);
+          store2(O + sw128_index<BM>(r0 + 8, c), o[m][4 * jb + 2] * inv[1] * gf[4 * jb + 2],
+                 o[m][4 * jb + 3] * inv[1] * gf[4 * jb + 3]);
         }
       }
     }
@@ -376,6 +418,30 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
     // out = O @ W_out^T + bias + x, the weight streamed through the rings' space.
     AXIAL_PHASE(5);
     cp_async_wait<0>();
+    if constexpr (EXTRAS) {
+      if (p.gated) {  // O *= sigmoid(g), g the queries' gate columns of the scratch: 16-byte pieces, all
+        __syncthreads();  // issued together (one load latency for the tile, not one per head)
+        constexpr int PIECES = BM * D / 8;
+        static_assert(PIECES % 256 == 0, "whole passes of the block");
+        uint4 gv[PIECES / 256];
+#pragma unroll
+        for (int j = 0; j < PIECES / 256; ++j) {
+          const int v = tid + 256 * j, r = v / (D / 8), c = (v % (D / 8)) * 8;
+          gv[j] = q0 + r < L ? *reinterpret_cast<const uint4*>(qkv + int64_t(q0 + r) * ld + 3 * D + c) : uint4{};
+        }
+#pragma unroll
+        for (int j = 0; j < PIECES / 256; ++j) {
+          const int v = tid + 256 * j, r = v / (D / 8), c = (v % (D / 8)) * 8;
+          T* o8 = O + sw128_index<BM>(r, c);  // (8 consecutive columns stay together in SW128)
+          const T* g8 = reinterpret_cast<const T*>(&gv[j]);
+#pragma unroll
+          for (int e = 0; e < 8; e += 2) {
+            const float2 ov = load2(o8 + e), gg = make_float2(Pack2<T>::to_float(g8[e]), Pack2<T>::to_float(g8[e + 1]));
+            store2(o8 + e, ov.x * gate_of(gg.x), ov.y * gate_of(gg.y));
+          }
+        }
+      }
+    }
     fence_proxy_async();
     __syncthreads();
     AXIAL_PHASE(6);
@@ -389,7 +455,7 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
                                                                          reinterpret_cast<T*>(ring), epi);
       }
     };
-    project(OutEpilogue<T>(p, xo, oo));
+    project(OutEpilogue<T, EXTRAS>(p, xo, oo));
   }
 #ifdef AXIAL_FUSED_PHASE_CLOCK
   if (blockIdx.x < 2 && wtid == 0)
@@ -400,11 +466,11 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
 #endif  // AXIAL_FUSED_SM90
 }
 
-template <class T, int D, int HEADS>
+template <class T, int D, int HEADS, bool EXTRAS = false>
 __global__ void __launch_bounds__(256, AttnSm90<T, D, HEADS>::MINB) attn_sm90_kernel(const __grid_constant__ PassParams p) {
 #if AXIAL_FUSED_SM90
   pdl_entry();
-  attn_sm90_body<T, D, HEADS>(p);
+  attn_sm90_body<T, D, HEADS, false, 0, EXTRAS>(p);
 #else
   __trap();
 #endif
@@ -412,23 +478,23 @@ __global__ void __launch_bounds__(256, AttnSm90<T, D, HEADS>::MINB) attn_sm90_ke
 
 // The attention alone (AttnSm90's SPLIT, BM queries a block); out_gemm_sm90_kernel runs the output
 // projection after it.
-template <class T, int D, int HEADS, int BM>
+template <class T, int D, int HEADS, int BM, bool EXTRAS = false>
 __global__ void __launch_bounds__(256, 1) attn_sm90_split_kernel(const __grid_constant__ PassParams p) {
 #if AXIAL_FUSED_SM90
   pdl_entry();
-  attn_sm90_body<T, D, HEADS, false, BM>(p);
+  attn_sm90_body<T, D, HEADS, false, BM, EXTRAS>(p);
 #else
   __trap();
 #endif
 }
 
 // The output projection's weight by tensor-map copies (AttnSm90::OUT_TMA); `omap` as attn_sm90_body says.
-template <class T, int D, int HEADS>
+template <class T, int D, int HEADS, bool EXTRAS = false>
 __global__ void __launch_bounds__(256, AttnSm90<T, D, HEADS>::MINB)
     attn_sm90_otma_kernel(const __grid_constant__ PassParams p, const __grid_constant__ CUtensorMap omap) {
 #if AXIAL_FUSED_SM90
   pdl_entry();
-  attn_sm90_body<T, D, HEADS, true>(p, &omap);
+  attn_sm90_body<T, D, HEADS, true, 0, EXTRAS>(p, &omap);
 #else
   __trap();
 #endif

@@ -19,6 +19,7 @@
 // Nothing but x, the weights and out touches global memory. head_dim 32 with an even number of
 // heads and D <= 256 (the D = 128/4, 192/6, 256/8 specializations; FusedSm90::SERVED); bf16/fp16.
 #pragma once
+#include "axial_fused/common/logits.cuh"
 #include "axial_fused/sm90/layernorm_sw128.cuh"
 #include "axial_fused/sm90/wg_gemm.cuh"
 
@@ -50,7 +51,9 @@ struct FusedSm90 {
                 "1024-byte aligned operand tiles");
 };
 
-template <class T, int D, int HEADS>
+// EXTRAS: the q/k/v bias, the mask and the bias of the logits, the optional residual (not the gate:
+// the planner does not route a gated pass here).
+template <class T, int D, int HEADS, bool EXTRAS = false>
 __device__ __forceinline__ void fused_sm90_body(const PassParams& p) {
 #if AXIAL_FUSED_SM90  // (sm_90a device code only, as the kernels' bodies: the host pass never sees it)
   using C = FusedSm90<T, D, HEADS>;
@@ -146,6 +149,22 @@ __device__ __forceinline__ void fused_sm90_body(const PassParams& p) {
     }
     fence_regs(acc[0]);
     fence_regs(acc[1]);
+    if constexpr (EXTRAS) {
+      if (p.qkv_bias) {  // accumulator block jb: q (jb < 4), k, v columns of head h
+        const T* qb = static_cast<const T*>(p.qkv_bias);
+#pragma unroll
+        for (int jb = 0; jb < 12; ++jb) {
+          const float2 b = load2(qb + (jb / 4) * D + h * HD + 8 * (jb % 4) + 2 * t);
+#pragma unroll
+          for (int m = 0; m < 2; ++m) {
+            acc[m][4 * jb] += b.x;
+            acc[m][4 * jb + 1] += b.y;
+            acc[m][4 * jb + 2] += b.x;
+            acc[m][4 * jb + 3] += b.y;
+          }
+        }
+      }
+    }
     AXIAL_PHASE(2);
 
     // 2b. q -> A fragments; k -> Ks (SW128, columns 0-31); v -> Vt (transposed, SW128). Accumulator block j
@@ -186,7 +205,18 @@ __device__ __forceinline__ void fused_sm90_body(const PassParams& p) {
     for (int m = 0; m < 2; ++m) {
       // This thread's rows (block-local tokens) and, for the mask, their sequences' first keys.
       const int r0 = 64 * m + warp * 16 + g, r1 = r0 + 8;
-      const int lo0 = (r0 < rows ? r0 : rows - 1) / L * L, lo1 = (r1 < rows ? r1 : rows - 1) / L * L;
+      const int c0 = r0 < rows ? r0 : rows - 1, c1 = r1 < rows ? r1 : rows - 1;
+      const int lo0 = c0 / L * L, lo1 = c1 / L * L;
+      // EXTRAS: the terms of the rows' logits (keys inside their sequences), loaded before S.
+      [[maybe_unused]] FragmentTerms<T, EXTRAS ? 16 : 1> tm;
+      const bool terms = EXTRAS && (p.mask != nullptr || p.bias != nullptr);
+      if constexpr (EXTRAS) {
+        if (terms) {  // (a block row's key index in its sequence: the row - its sequence's first row)
+          const LogitRow<T> rows[2] = {SeqTerms<T>(p, s0 + c0 / L).row(p, h, c0 - lo0),
+                                       SeqTerms<T>(p, s0 + c1 / L).row(p, h, c1 - lo1)};
+          tm.load(p, rows, L, [&](int jb, int i) { return 8 * jb + 2 * t - (i ? lo1 : lo0); });
+        }
+      }
 
       // 2c. S = q k^T over the block's 128 keys (q selected element-wise: a runtime index into qa
       // would put it in local memory).
@@ -217,15 +247,22 @@ __device__ __forceinline__ void fused_sm90_body(const PassParams& p) {
           }
         }
       }
+      float scale = p.scale_log2;
+      if constexpr (EXTRAS) {
+        if (terms) {  // scaled, terms added (-inf stays -inf): the softmax takes scale 1
+          tm.apply(s, scale);
+          scale = 1.f;
+        }
+      }
       float mx[2], sum[2] = {0.f, 0.f};
       acc_row_max(s, mx);
 #pragma unroll
-      for (int hr = 0; hr < 2; ++hr) mx[hr] = mx[hr] == -INFINITY ? 0.f : mx[hr] * p.scale_log2;
+      for (int hr = 0; hr < 2; ++hr) mx[hr] = mx[hr] == -INFINITY ? 0.f : mx[hr] * scale;
 #pragma unroll
       for (int jb = 0; jb < 16; ++jb) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          s[4 * jb + e] = exp2_ftz(fmaf(s[4 * jb + e], p.scale_log2, -mx[e >> 1]));
+          s[4 * jb + e] = exp2_ftz(fmaf(s[4 * jb + e], scale, -mx[e >> 1]));
           sum[e >> 1] += s[4 * jb + e];
         }
       }
@@ -271,7 +308,8 @@ __device__ __forceinline__ void fused_sm90_body(const PassParams& p) {
   fence_proxy_async();
   __syncthreads();
   AXIAL_PHASE(7);
-  wg_gemm<T, 2, 1, C::OUT_BNW, D, D, C::OUT_S>(O, static_cast<const T*>(p.w_out), ring, OutEpilogue<T>(p, xo, oo));
+  wg_gemm<T, 2, 1, C::OUT_BNW, D, D, C::OUT_S>(O, static_cast<const T*>(p.w_out), ring,
+                                               OutEpilogue<T, EXTRAS>(p, xo, oo));
 #ifdef AXIAL_FUSED_PHASE_CLOCK
   AXIAL_PHASE(8);
   if (blockIdx.x < 2 && wtid == 0)
@@ -282,11 +320,11 @@ __device__ __forceinline__ void fused_sm90_body(const PassParams& p) {
 #endif  // AXIAL_FUSED_SM90
 }
 
-template <class T, int D, int HEADS>
+template <class T, int D, int HEADS, bool EXTRAS = false>
 __global__ void __launch_bounds__(256, 1) fused_sm90_kernel(const __grid_constant__ PassParams p) {
 #if AXIAL_FUSED_SM90
   pdl_entry();
-  fused_sm90_body<T, D, HEADS>(p);
+  fused_sm90_body<T, D, HEADS, EXTRAS>(p);
 #else
   __trap();
 #endif

@@ -39,7 +39,8 @@ struct OutGemmSm90 {
 
 // `amap`: the scratch's q columns as [tokens, D] with a row stride of 3D, boxes of 64 x 128;
 // `wmap`: W_out [D, D], boxes of 64 x BN; both with the 128-byte swizzle.
-template <class T, int D>
+// EXTRAS: the optional residual (PassParams::residual).
+template <class T, int D, bool EXTRAS = false>
 __global__ void __launch_bounds__(256, 1)
     out_gemm_sm90_kernel(const __grid_constant__ PassParams p, const __grid_constant__ CUtensorMap amap,
                          const __grid_constant__ CUtensorMap wmap) {
@@ -83,7 +84,7 @@ __global__ void __launch_bounds__(256, 1)
   __syncwarp();
 
   const int r0 = wg * 64 + warp * 16 + g;  // this thread's first row in the tile
-  using Add = typename OutEpilogue<T>::Addend;
+  using Add = typename OutEpilogue<T, EXTRAS>::Addend;
   int64_t it = 0;
   for (int64_t tile = blockIdx.x, ti = 0; tile < tiles; tile += gridDim.x, ++ti) {
     const int64_t m0 = (tile / NT) * BM;
@@ -100,7 +101,7 @@ __global__ void __launch_bounds__(256, 1)
     // (The tables of tile ti - 2 used the same buffer: every warp finished that epilogue before it
     // passed this barrier of tile ti - 1.)
     __syncthreads();
-    OutEpilogue<T> epi(p, xo, oo);
+    OutEpilogue<T, EXTRAS> epi(p, xo, oo);
     Add add[BNW / 8][2];
     load_addends<BNW>(epi, add, r0, n0, t);
     float acc[NACC][BNW / 2];

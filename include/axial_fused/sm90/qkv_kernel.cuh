@@ -62,12 +62,14 @@ struct QkvSm90 {
   // Blocks per SM the register budget is set for (228 KB of shared memory, 1 KB reserved per block).
   static constexpr int MINB = 2 * (SMEM + 1024) <= 228 * 1024 ? 2 : 1;
   static_assert(S <= 8 && (BNW == 64 || BNW == 128), "the warp-specialized product's limits");
-  static_assert(A_BYTES + S * STAGE <= BUDGET && N % (WGN * BNW) == 0, "no Hopper QKV configuration fits");
+  static_assert(A_BYTES + S * STAGE <= BUDGET && N % (WGN * BNW) == 0 && 4 * D % (WGN * BNW) == 0,
+                "no Hopper QKV configuration fits");  // (4D: with the gate's block)
 };
 
 // The body of K1 (ln_qkv_sm90_kernel); TMA: the cluster form (ln_qkv_sm90_tma_kernel),
-// `wmap` the QKV weight's tensor map.
-template <class T, int D, bool TMA>
+// `wmap` the QKV weight's tensor map. EXTRAS (has_extras): the q/k/v bias, and nq = 4D columns with
+// the gate; the plain variant's product has 3D columns, compile-time.
+template <class T, int D, bool TMA, bool EXTRAS>
 __device__ __forceinline__ void ln_qkv_sm90_body(const PassParams& p, const void* wmap) {
   using C = QkvSm90<T, D>;
   constexpr int BM = C::BM;
@@ -88,10 +90,13 @@ __device__ __forceinline__ void ln_qkv_sm90_body(const PassParams& p, const void
   // Each 16-byte vector goes out as one STG.E.128 (st_global_16), addressed from the block's first
   // row with 32-bit offsets and checked against its row count, so no store recomputes a 64-bit
   // product and compare.
-  T* const qkv = static_cast<T*>(p.scratch) + t0 * C::N;
+  // nq = 3D columns, or 4D with the gate (W_qkv then holds the gate's weight as rows 3D .. 4D - 1).
+  const int nq = EXTRAS ? p.nq : C::N;
+  constexpr int NFIX = EXTRAS ? 0 : C::N;
+  T* const qkv = static_cast<T*>(p.scratch) + t0 * nq;
   const int rows = tokens - t0 < BM ? int(tokens - t0) : BM;
   auto store = [&](int r, int c, uint4 v) {
-    if (r < rows) st_global_16(qkv + (r * C::N + c), v);
+    if (r < rows) st_global_16(qkv + (r * nq + c), v);
   };
 
   // 1. Request the tile's raw rows (straight into their SW128 places; rows past the end read as 0).
@@ -119,11 +124,11 @@ __device__ __forceinline__ void ln_qkv_sm90_body(const PassParams& p, const void
     if constexpr (C::WIDE) setmaxnreg_dec<40>();
     if constexpr (TMA) {
       if (threadIdx.x == 256)
-        wg_gemm_tma_produce<C::WGN * C::BNW, C::N, D, SB, C::KW, C::S>(wmap, smem_u32(ws), full, empty,
-                                                                          cluster_rank());
+        wg_gemm_tma_produce<C::WGN * C::BNW, D, SB, C::KW, NFIX, C::S>(wmap, smem_u32(ws), full, empty, cluster_rank(),
+                                                                       nq);
       cluster_sync();
     } else if (!C::WIDE || threadIdx.x < 288) {  // (one producer warp: `full` counts its 32 lanes)
-      wg_gemm_ws_produce<T, C::WGN * C::BNW, C::N, D, C::S, C::KW>(static_cast<const T*>(p.w_qkv), ws, full, empty);
+      wg_gemm_ws_produce<T, C::WGN * C::BNW, D, C::S, C::KW, NFIX>(static_cast<const T*>(p.w_qkv), ws, full, empty, nq);
     }
     return;
   }
@@ -133,16 +138,17 @@ __device__ __forceinline__ void ln_qkv_sm90_body(const PassParams& p, const void
   named_sync(1, 256);
   layernorm_sw128<T, D, BM>(p, A);
   named_sync(1, 256);  // every row normalised and fenced before either warpgroup reads A
-  wg_gemm_ws_consume<T, C::WGM, C::WGN, C::BNW, C::N, D, SB, C::KW, TMA, KR, C::S>(A, ws, full, empty, store);
+  wg_gemm_ws_consume<T, C::WGM, C::WGN, C::BNW, D, SB, C::KW, NFIX, TMA, KR, C::S>(
+      A, ws, full, empty, store, nq, EXTRAS ? static_cast<const T*>(p.qkv_bias) : nullptr);
   if constexpr (TMA) cluster_sync();
 }
 
-template <class T, int D>
+template <class T, int D, bool EXTRAS = false>
 __global__ void __launch_bounds__(QkvSm90<T, D>::THREADS, QkvSm90<T, D>::MINB)
     ln_qkv_sm90_kernel(const __grid_constant__ PassParams p) {
 #if AXIAL_FUSED_SM90
   pdl_entry();
-  ln_qkv_sm90_body<T, D, false>(p, nullptr);
+  ln_qkv_sm90_body<T, D, false, EXTRAS>(p, nullptr);
 #else
   __trap();
 #endif
@@ -150,12 +156,12 @@ __global__ void __launch_bounds__(QkvSm90<T, D>::THREADS, QkvSm90<T, D>::MINB)
 
 // K1 in clusters (QkvSm90::TMA): pairs of blocks (launched with a cluster attribute; grid rounded up
 // to even; a block past the tokens still takes part in the copies and stores nothing).
-template <class T, int D>
+template <class T, int D, bool EXTRAS = false>
 __global__ void __launch_bounds__(QkvSm90<T, D>::THREADS, QkvSm90<T, D>::MINB)
     ln_qkv_sm90_tma_kernel(const __grid_constant__ PassParams p, const __grid_constant__ CUtensorMap wmap) {
 #if AXIAL_FUSED_SM90
   pdl_entry();
-  ln_qkv_sm90_body<T, D, true>(p, &wmap);
+  ln_qkv_sm90_body<T, D, true, EXTRAS>(p, &wmap);
 #else
   __trap();
 #endif

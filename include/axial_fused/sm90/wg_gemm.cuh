@@ -174,12 +174,15 @@ __device__ __forceinline__ void wg_gemm(const T* A, const T* W, T* ws, Epi&& epi
 //
 // Producer: the one extra warp; refills stage s once its previous chunk is released. Each lane copies
 // rows lr, lr + 8, ... of the chunk (its 16-byte piece lc), so its addresses are computed once.
-template <class T, int CN, int N, int K, int S, int KW>
-__device__ __forceinline__ void wg_gemm_ws_produce(const T* W, T* ws, uint32_t full, uint32_t empty) {
+// The weight's rows (a multiple of CN): NFIX > 0, that many (compile-time: the plain K1); NFIX = 0,
+// n at run time (K1's EXTRAS variant: 3D, or 4D with the gate).
+template <class T, int CN, int K, int S, int KW, int NFIX>
+__device__ __forceinline__ void wg_gemm_ws_produce(const T* W, T* ws, uint32_t full, uint32_t empty, int n) {
   static_assert(KW == 32, "the producer's address pattern assumes 64-byte chunk rows");
   using Copy = ChunkCopy<T, 32, CN, K, KW>;
   static_assert(Copy::FITS, "every pass of the warp has the same swizzle phase");
-  constexpr int KC = K / KW, ITERS = (N / CN) * KC;
+  constexpr int KC = K / KW;
+  const int ITERS = ((NFIX > 0 ? NFIX : n) / CN) * KC;
   const Copy copy(W, ws, threadIdx.x & 31);
   for (int it = 0; it < ITERS; ++it) {
     const int s = it % S;
@@ -200,10 +203,12 @@ __device__ __forceinline__ void wg_gemm_ws_produce(const T* W, T* ws, uint32_t f
 constexpr int kQkvCluster = 2;
 // Stages S0 .. S - 1 (register A, QkvSm90::RS) are not free at the start: their first fill waits
 // for one release more (the consumers', once they no longer read that memory).
-template <int CN, int N, int K, int S, int KW, int S0 = S>
+// (The weight's rows: NFIX or n, as wg_gemm_ws_produce.)
+template <int CN, int K, int S, int KW, int NFIX, int S0 = S>
 __device__ __forceinline__ void wg_gemm_tma_produce(const void* map, uint32_t ws, uint32_t full, uint32_t empty,
-                                                    uint32_t rank) {
-  constexpr int KC = K / KW, ITERS = (N / CN) * KC, PART = CN / kQkvCluster;
+                                                    uint32_t rank, int n) {
+  constexpr int KC = K / KW, PART = CN / kQkvCluster;
+  const int ITERS = ((NFIX > 0 ? NFIX : n) / CN) * KC;
   constexpr uint32_t STAGE = CN * KW * 2;
   for (int it = 0; it < ITERS; ++it) {
     const int s = it % S;
@@ -254,15 +259,18 @@ __device__ __forceinline__ void ws_step(float (&acc)[BNW / 2], uint32_t a_base, 
 // KR > 0 (register A, QkvSm90::RS): each thread first loads its rows' A fragments of
 // k-steps 0 .. KR - 1 into registers (wgmma's register-A form takes them from there), then releases
 // stages S0 .. S - 1, which lie over that part of A; the k loop is unrolled so the fragments stay
-// in registers.
-template <class T, int WGM, int WGN, int BNW, int N, int K, int S, int KW, bool TMA = false, int KR = 0, int S0 = S,
+// in registers. The weight's rows NFIX or n as wg_gemm_ws_produce; with NFIX = 0, `bias` (null:
+// none), [n], is added to the products before the epilogue.
+template <class T, int WGM, int WGN, int BNW, int K, int S, int KW, int NFIX, bool TMA = false, int KR = 0, int S0 = S,
           class Epi>
-__device__ __forceinline__ void wg_gemm_ws_consume(const T* A, const T* ws, uint32_t full, uint32_t empty, Epi&& epi) {
+__device__ __forceinline__ void wg_gemm_ws_consume(const T* A, const T* ws, uint32_t full, uint32_t empty, Epi&& epi,
+                                                   int n, const T* bias) {
+  const int N = NFIX > 0 ? NFIX : n;
   // Two warpgroups: each `empty` mbarrier expects one arrival from each of their 8 warps.
   static_assert(WGM * WGN == 2 && (BNW == 64 || BNW == 128) && S >= 2 && KW == 32,
                 "2 warpgroups; n64/128 tiles; 32-deep chunks");
   constexpr int BM = 64 * WGM, CN = WGN * BNW, KC = K / KW, RB = KW * 2;
-  static_assert(N % CN == 0 && K % 64 == 0, "weight chunks must tile the weight");
+  static_assert(K % 64 == 0, "weight chunks must tile the weight");
   const int wg = threadIdx.x >> 7, wm = wg % WGM, wn = wg / WGM;
   const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const uint32_t a_base = smem_u32(A) + wm * 64 * 128, w_base = smem_u32(ws) + wn * BNW * RB;
@@ -321,7 +329,21 @@ __device__ __forceinline__ void wg_gemm_ws_consume(const T* A, const T* ws, uint
     fence_regs(acc);
     AXIAL_PHASE(1);
     if (lane == 0) ws_release<TMA>(empty + 8 * (((nc + 1) * KC - 1) % S));  // the column chunk's last stage
-    store_vec8<T, BNW>(acc, wm * 64 + warp * 16 + g, nc * CN + wn * BNW, t, epi);
+    const int n0 = nc * CN + wn * BNW;
+    if (NFIX == 0 && bias) {  // (into a copy: writing the accumulators themselves makes ptxas fence the wgmma)
+      float ov[BNW / 2];
+#pragma unroll
+      for (int j = 0; j < BNW / 8; ++j) {
+        const float2 b = load2(bias + n0 + 8 * j + 2 * t);
+        ov[4 * j] = acc[4 * j] + b.x;
+        ov[4 * j + 1] = acc[4 * j + 1] + b.y;
+        ov[4 * j + 2] = acc[4 * j + 2] + b.x;
+        ov[4 * j + 3] = acc[4 * j + 3] + b.y;
+      }
+      store_vec8<T, BNW>(ov, wm * 64 + warp * 16 + g, n0, t, epi);
+    } else {
+      store_vec8<T, BNW>(acc, wm * 64 + warp * 16 + g, n0, t, epi);
+    }
     AXIAL_PHASE(2);
   }
 #ifdef AXIAL_FUSED_PHASE_CLOCK

@@ -1,0 +1,152 @@
+// The optional features of the attention, shared by every attention kernel (docs/design.md, "Masks,
+// bias, gate"):
+//   SeqTerms  one sequence's mask and bias; LogitRow what they do to one query row's logits:
+//             term(key), in log2 units, is added to the scaled score s * scale_log2 (kMaskedLogit for
+//             an absent key, whose logit it then replaces: float32 addition absorbs the score);
+//   FragmentTerms   the terms of a score fragment in the tensor cores' accumulator layout, compact;
+//   gate_of   the sigmoid gate's factor for one output element, from the gate's pre-activation.
+#pragma once
+#include "axial_fused/common/device.cuh"
+
+namespace axial_fused {
+
+// (The strides and the bias's dtype are read from the pass's parameters where they are used: they
+// live in constant memory, not in registers that the attention's accumulators need.)
+template <class T>
+struct LogitRow {
+  const unsigned char* mask;  // this sequence's mask, key l at mask[l * m_stride_tok] (null: none)
+  const void* bias;           // this (batch, head, query)'s bias row, key l at l (null: none)
+  __device__ __forceinline__ float bias_at(const PassParams& p, int l) const {
+    return p.bias_f32 ? static_cast<const float*>(bias)[l] : Pack2<T>::to_float(static_cast<const T*>(bias)[l]);
+  }
+  __device__ __forceinline__ bool absent(const PassParams& p, int l) const {
+    return mask && mask[l * p.m_stride_tok] == 0;
+  }
+  // The term of key l (0 <= l < L).
+  __device__ __forceinline__ float term(const PassParams& p, int l) const {
+    if (absent(p, l)) return kMaskedLogit;
+    return bias ? bias_at(p, l) * 1.4426950408889634f : 0.f;
+  }
+};
+
+// One sequence's mask and its batch element's bias; row(p, h, q) is the LogitRow of head h, query q.
+// (The division by seq_inner happens here, once per sequence.)
+template <class T>
+struct SeqTerms {
+  const unsigned char* mask;
+  const void* bias;
+  __device__ __forceinline__ SeqTerms() : mask(nullptr), bias(nullptr) {}
+  __device__ __forceinline__ SeqTerms(const PassParams& p, int64_t s) {
+    const int64_t outer = s / p.seq_inner;
+    mask = p.mask ? p.mask + outer * p.m_stride_outer + (s - outer * p.seq_inner) * p.m_stride_inner : nullptr;
+    bias = p.bias ? static_cast<const char*>(p.bias) + outer * p.bias_stride_b * (p.bias_f32 ? 4 : int(sizeof(T)))
+                  : nullptr;
+  }
+  __device__ __forceinline__ LogitRow<T> row(const PassParams& p, int h, int q) const {
+    const int64_t off = (h * p.bias_stride_h + q * p.bias_stride_q) * (p.bias_f32 ? 4 : int(sizeof(T)));
+    return LogitRow<T>{mask, bias ? static_cast<const void*>(static_cast<const char*>(bias) + off) : nullptr};
+  }
+};
+
+// The terms of a 16 x 8NB score fragment in the tensor cores' accumulator layout (element
+// e = 4 jb + 2 i + c: row half i, column 8 jb + 2 t + c, t = lane % 4), loaded before the scores
+// exist and applied to them after, held compactly because the scores, the probabilities of the
+// previous unit and the output accumulators are live meanwhile: per (jb, i) the two columns' bias as
+// a pair of T (the bias at x's precision, as PyTorch adds it to logits of that dtype), and one bit per
+// element for an absent key.
+template <class T, int NB>
+struct FragmentTerms {
+  uint32_t bias2[2 * NB];
+  uint32_t absent[(4 * NB + 31) / 32];
+  // Row half i's query is row[i]; key_of(jb, i) is the sequence index of its column 8 jb + 2 t (the
+  // next column is that + 1); keys outside [0, L) get no term (the kernels mask them to -inf).
+  template <class KeyOf>
+  __device__ __forceinline__ void load(const PassParams& p, const LogitRow<T> (&row)[2], int L, KeyOf key_of) {
+#pragma unroll
+    for (int w = 0; w < (4 * NB + 31) / 32; ++w) absent[w] = 0u;
+#pragma unroll
+    for (int jb = 0; jb < NB; ++jb) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        float v[2];
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int key = key_of(jb, i) + c, e = 4 * jb + 2 * i + c;
+          const bool ok = unsigned(key) < unsigned(L);
+          v[c] = ok && row[i].bias ? row[i].bias_at(p, key) : 0.f;
+          if (ok && row[i].absent(p, key)) absent[e / 32] |= 1u << (e % 32);
+        }
+        const typename Pack2<T>::type b2 = Pack2<T>::make(v[0], v[1]);
+        bias2[2 * jb + i] = *reinterpret_cast<const uint32_t*>(&b2);
+      }
+    }
+  }
+  // The same where both rows are of one sequence and the keys are k0 + 8 jb + 2 t + c (k0 even): the
+  // bias rows have unit key stride and pairs aligned (PassParams::bias), so each pair
+  // is one load from a base pointer and an immediate offset, and the mask (any stride) is read once
+  // for both rows through pointers stepped by 8 keys.
+  __device__ __forceinline__ void load_keys(const PassParams& p, const LogitRow<T> (&row)[2], int k0, int L) {
+    const int t = threadIdx.x & 3, key0 = k0 + 2 * t;
+#pragma unroll
+    for (int w = 0; w < (4 * NB + 31) / 32; ++w) absent[w] = 0u;
+    if (row[0].mask) {
+      const int64_t ms = p.m_stride_tok;
+      const unsigned char* m = row[0].mask + key0 * ms;
+#pragma unroll
+      for (int jb = 0; jb < NB; ++jb) {
+        const int key = key0 + 8 * jb;
+        const bool a0 = key < L && m[0] == 0, a1 = key + 1 < L && m[ms] == 0;
+        const uint32_t bits = (a0 ? 1u : 0u) | (a1 ? 2u : 0u);  // elements 4 jb + c (row 0), + 2 (row 1)
+        absent[(4 * jb) / 32] |= (bits | bits << 2) << ((4 * jb) % 32);
+        m += 8 * ms;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+#pragma unroll
+      for (int jb = 0; jb < NB; ++jb) {
+        const int key = key0 + 8 * jb;
+        uint32_t b2 = 0u;  // (0: two zero halves, in every 16-bit format)
+        if (row[i].bias && key < L) {
+          if (p.bias_f32) {
+            const float* bp = static_cast<const float*>(row[i].bias) + key;
+            const float2 v = key + 1 < L ? *reinterpret_cast<const float2*>(bp) : make_float2(bp[0], 0.f);
+            const typename Pack2<T>::type h2 = Pack2<T>::make(v.x, v.y);
+            b2 = *reinterpret_cast<const uint32_t*>(&h2);
+          } else {
+            const T* bp = static_cast<const T*>(row[i].bias) + key;
+            if (key + 1 < L) {
+              b2 = *reinterpret_cast<const uint32_t*>(bp);
+            } else {
+              const typename Pack2<T>::type h2 = Pack2<T>::make(Pack2<T>::to_float(bp[0]), 0.f);
+              b2 = *reinterpret_cast<const uint32_t*>(&h2);
+            }
+          }
+        }
+        bias2[2 * jb + i] = b2;
+      }
+    }
+  }
+  // sc = sc * scale + bias * log2(e), or kMaskedLogit for an absent key: the scaled logits in log2 units.
+  __device__ __forceinline__ void apply(float (&sc)[4 * NB], float scale) const {
+#pragma unroll
+    for (int jb = 0; jb < NB; ++jb) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const float2 b = Pack2<T>::unpack(*reinterpret_cast<const typename Pack2<T>::type*>(&bias2[2 * jb + i]));
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int e = 4 * jb + 2 * i + c;
+          const float t = fmaf(sc[e], scale, (c ? b.y : b.x) * 1.4426950408889634f);
+          sc[e] = (absent[e / 32] >> (e % 32)) & 1u ? kMaskedLogit : t;
+        }
+      }
+    }
+  }
+};
+
+// The gate's factor sigmoid(g) for its pre-activation g (the QKV product's fourth block, its bias
+// included).
+__device__ __forceinline__ float gate_of(float g) { return 1.f / (1.f + __expf(-g)); }
+
+}  // namespace axial_fused

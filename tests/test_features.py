@@ -1,0 +1,352 @@
+"""The optional features of a pass (key mask, logit bias, sigmoid gate, q/k/v bias, update only)
+against helpers.pass64, the float64 reference written from AF2's supplementary Algorithms 7, 8, 13
+and 14 (and the ESM MSA Transformer's column attention: q/k/v biases, a padding mask).
+
+CPU (in CI): the PyTorch reference path (axial_fused.reference, the fallback) against pass64, the
+uniform attention of a query with no key present, and the bad-input errors of docs/errors.md rows
+31-40. GPU: every kernel path forced in turn (the fused, two-kernel and Hopper fused paths) and the
+automatic choice, every compiled dtype, the features alone and together, random masks with padded
+tails, fully masked sequences and batch elements, large biases, broadcast and strided bias and mask,
+both passes and the two-pass call, odd lengths, residual=False. Tolerance as in test_kernels.py:
+error(fused vs fp64) <= 2 * error(PyTorch at that dtype vs fp64) + floor, outputs poisoned first.
+"""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+import axial_fused as af
+from axial_fused import _ext
+from helpers import attention64, force_path, make_weights, pass64, rand_x, rel_err, to64
+
+needs_ext = pytest.mark.skipif(_ext.C is None, reason=f"extension not built: {_ext.error}")
+gpu = pytest.mark.skipif(not torch.cuda.is_available() or _ext.C is None,
+                         reason="needs a CUDA device and the compiled extension")
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+FLOOR = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 4e-3}
+FUSED, TWO_KERNEL, FUSED_SM90 = 0, 1, 2
+
+
+def make_mask(B, H, W, device, seed, *, mask_dtype=torch.bool, strided=False, tail=3):
+    """A key mask with random holes (30 %), a padded tail on both axes (the last `tail` columns and
+    rows absent, as a padded MSA), one fully absent row (a sequence of the row pass with no key) and,
+    for B > 1, a fully absent batch element."""
+    g = torch.Generator().manual_seed(seed)
+    m = torch.rand(B, H, W, generator=g) > 0.3
+    if W > tail + 1:
+        m[:, :, W - tail:] = False
+    if H > tail + 1:
+        m[:, H - tail:, :] = False
+    m[:, min(1, H - 1), :] = False
+    if B > 1:
+        m[-1] = False
+    if strided:  # the same values through a transposed buffer: strides (H * W, 1, H)
+        m = m.transpose(1, 2).contiguous().transpose(1, 2)
+    return m.to(mask_dtype).to(device)
+
+
+def make_bias(B, heads, L, device, dtype, seed, *, scale=4.0, strided=False):
+    """A logit bias [B, heads, L, L] of large magnitude (scale 4: logit spreads of tens); strided: a
+    transposed view (key stride L)."""
+    g = torch.Generator().manual_seed(seed)
+    b = torch.randn(B, heads, L, L, generator=g, dtype=torch.float64) * scale
+    if strided:
+        b = b.transpose(2, 3).contiguous().transpose(2, 3)
+    return b.to(dtype).to(device)
+
+
+def quiet(fn, *a, **k):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", af.FusedFallbackWarning)
+        return fn(*a, **k)
+
+
+# ---- CPU: the reference path ----------------------------------------------------------------------
+
+FEATURES = ["mask", "bias", "gate", "qkv_bias", "update_only"]
+COMBOS = [(f,) for f in FEATURES] + [tuple(FEATURES), ("mask", "bias", "gate")]
+
+
+def feature_inputs(features, B, H, W, dim, heads, dtype, device, seed, axis="row", bias_dtype=None, **kw):
+    w = make_weights(dim, heads, dtype, device, seed=seed, qkv_bias="qkv_bias" in features, gate="gate" in features)
+    mask = make_mask(B, H, W, device, seed + 1, **kw) if "mask" in features else None
+    L = W if axis == "row" else H
+    bias = make_bias(B, heads, L, device, bias_dtype or dtype, seed + 2) if "bias" in features else None
+    return w, mask, bias, "update_only" not in features
+
+
+@pytest.mark.parametrize("features", COMBOS, ids="+".join)
+@pytest.mark.parametrize("axis", ["row", "col"])
+def test_reference_features_match_float64(features, axis):
+    """The PyTorch reference path (the fallback) with each feature, against pass64."""
+    B, H, W, dim, heads = 2, 5, 7, 32, 4
+    w, mask, bias, residual = feature_inputs(features, B, H, W, dim, heads, torch.float32, "cpu", 3, axis)
+    x = rand_x((B, H, W, dim), torch.float32, "cpu", 4)
+    out = quiet(af.axial_pass, x, w.row, num_heads=heads, axis=axis, eps=w.eps, mask=mask, bias=bias, residual=residual)
+    ref = pass64(x, to64(w).row, heads, axis, w.eps, mask, bias, residual)
+    assert rel_err(out, ref) < 1e-5
+
+
+def test_reference_two_passes_match_float64():
+    B, H, W, dim, heads = 2, 6, 5, 32, 2
+    w = make_weights(dim, heads, torch.float32, seed=5, qkv_bias=True, gate=True)
+    mask = make_mask(B, H, W, "cpu", 6)
+    rb, cb = make_bias(1, heads, W, "cpu", torch.float32, 7), make_bias(B, heads, H, "cpu", torch.float32, 8)
+    x = rand_x((B, H, W, dim), torch.float32, "cpu", 9)
+    for residual in (True, False):
+        out = quiet(af.axial_attention, x, w, mask=mask, row_bias=rb, col_bias=cb, residual=residual)
+        assert rel_err(out, attention64(x, to64(w), mask, rb, cb, residual)) < 1e-5
+
+
+def test_no_key_present_attends_uniformly():
+    """A query whose keys are all absent attends to the mean of its sequence's values (every logit
+    replaced by the same value), whatever the bias: the same output as logits all equal (q = 0)."""
+    B, H, W, dim, heads = 1, 3, 6, 32, 2
+    w = make_weights(dim, heads, torch.float64, seed=10, qkv_bias=True)
+    x = rand_x((B, H, W, dim), torch.float64, "cpu", 11)
+    mask = torch.ones(B, H, W, dtype=torch.bool)
+    mask[0, 1] = False  # the row pass's sequence 1 has no key
+    bias = make_bias(B, heads, W, "cpu", torch.float64, 12, scale=50.0)
+    out = af.reference.reference_pass(x, *w.row, num_heads=heads, axis="row", eps=w.eps, mask=mask, bias=bias)
+    qkv_w, qkv_b = w.row.qkv_weight.clone(), w.row.qkv_bias.clone()
+    qkv_w[:dim], qkv_b[:dim] = 0, 0  # q = 0: every logit 0
+    flat = w.row._replace(qkv_weight=qkv_w, qkv_bias=qkv_b)
+    uniform = af.reference.reference_pass(x, *flat, num_heads=heads, axis="row", eps=w.eps)
+    assert torch.isfinite(out).all()
+    assert rel_err(out[0, 1], uniform[0, 1]) < 1e-12
+    assert rel_err(out[0, 1], pass64(x, w.row, heads, "row", w.eps, mask, bias)[0, 1]) < 1e-12
+
+
+def test_old_five_field_calls_unchanged():
+    """PassWeights of five fields, 5-tuples and op calls with the five weights keep their meaning."""
+    w = make_weights(32, 4, seed=13)
+    five = af.PassWeights(*w.row[:5])
+    assert five.qkv_bias is None and five.gate_weight is None and five.gate_bias is None
+    x = rand_x((1, 3, 4, 32), torch.float32, "cpu", 14)
+    a = quiet(af.axial_pass, x, tuple(w.row[:5]), num_heads=4, axis="row")
+    assert rel_err(a, pass64(x, to64(w).row, 4, "row", w.eps)) < 1e-5
+
+
+# ---- CPU: bad input (docs/errors.md rows 31-39) ----------------------------------------------------
+
+def _api_case(x, w, **kw):
+    return quiet(af.axial_pass, x, kw.pop("pw", w.row), num_heads=kw.pop("num_heads", 4), axis=kw.pop("axis", "row"),
+                 **kw)
+
+
+def test_mask_rejected():
+    w = make_weights(32, 4, seed=15)
+    x = rand_x((2, 3, 5, 32), torch.float32, "cpu", 16)
+    cases = [
+        (torch.ones(2, 5, 3, dtype=torch.bool), ValueError, r"mask has shape \(2, 5, 3\), expected \[B, H, W\] = \[2, 3, 5\]"),
+        (torch.ones(3, 5, dtype=torch.bool), ValueError, r"mask has shape \(3, 5\), expected \[B, H, W\]"),
+        (torch.ones(2, 3, 5, dtype=torch.int32), TypeError, "mask is torch.int32; supported: bool"),
+        (torch.ones(2, 3, 5, dtype=torch.bool, device="meta"), ValueError, "mask is on meta but x is on cpu"),
+        ([[1]], TypeError, "mask must be a torch.Tensor or None, got list"),
+    ]
+    for mask, exc, msg in cases:
+        with pytest.raises(exc, match=msg):
+            _api_case(x, w, mask=mask)
+        with pytest.raises(exc, match=msg):
+            quiet(af.axial_attention, x, w, mask=mask)
+
+
+def test_bias_rejected():
+    w = make_weights(32, 4, seed=17)
+    x = rand_x((2, 3, 5, 32), torch.float32, "cpu", 18)
+    ok_row = torch.zeros(2, 4, 5, 5)
+    cases = [
+        (dict(bias=torch.zeros(2, 3, 5, 5)), ValueError, r"bias has 3 heads .*expected num_heads = 4"),
+        (dict(bias=torch.zeros(2, 4, 3, 3)), ValueError, r"row pass has sequences of W = 5 tokens: expected \[\.\., 5, 5\]"),
+        (dict(bias=torch.zeros(2, 4, 5, 5), axis="col"), ValueError, "column pass has sequences of H = 3 tokens"),
+        (dict(bias=torch.zeros(3, 4, 5, 5)), ValueError, "batch dimension 3, which does not broadcast to x's batch 2"),
+        (dict(bias=torch.zeros(4, 5, 5)), ValueError, r"bias must be \[B or 1, heads, W, W\]"),
+        (dict(bias=ok_row.double()), TypeError, "bias is torch.float64; supported: float32 or x's dtype"),
+        (dict(bias=ok_row.to("meta")), ValueError, "bias is on meta but x is on cpu"),
+        (dict(bias="0"), TypeError, "bias must be a torch.Tensor or None, got str"),
+    ]
+    for kw, exc, msg in cases:
+        with pytest.raises(exc, match=msg):
+            _api_case(x, w, **kw)
+    with pytest.raises(ValueError, match="col_bias has shape .* column pass has sequences of H = 3"):
+        quiet(af.axial_attention, x, w, col_bias=ok_row)
+    with pytest.raises(ValueError, match="row_bias has 3 heads"):
+        quiet(af.axial_attention, x, w, row_bias=torch.zeros(1, 3, 5, 5))
+
+
+def test_gate_and_qkv_bias_rejected():
+    w = make_weights(32, 4, seed=19, qkv_bias=True, gate=True)
+    x = rand_x((1, 3, 5, 32), torch.float32, "cpu", 20)
+    cases = [
+        (w.row._replace(qkv_bias=torch.zeros(32)), ValueError, r"pass_weights\.qkv_bias has shape \(32,\), expected \(96,\)"),
+        (w.row._replace(gate_weight=torch.zeros(96, 32)), ValueError, r"pass_weights\.gate_weight has shape \(96, 32\), expected \(32, 32\)"),
+        (w.row._replace(gate_bias=torch.zeros(31)), ValueError, r"pass_weights\.gate_bias has shape \(31,\)"),
+        (w.row._replace(gate_weight=None), ValueError, "gate_bias was given without pass_weights.gate_weight"),
+        (w.row._replace(gate_bias=w.row.gate_bias.double()), TypeError, "gate_bias is torch.float64 .* share one dtype"),
+        (w.row._replace(qkv_bias=[0.0] * 96), TypeError, r"qkv_bias must be a torch.Tensor or None, got list"),
+    ]
+    for pw, exc, msg in cases:
+        with pytest.raises(exc, match=msg):
+            _api_case(x, w, pw=pw)
+    with pytest.raises(TypeError, match="residual must be a bool, got int"):
+        _api_case(x, w, residual=0)
+
+
+@needs_ext
+def test_op_meta_rejects_features():
+    """The registered operator's Meta kernel: the same checks, names carrying the pass."""
+    D, H, W = 64, 3, 5
+    x = torch.empty(2, H, W, D, device="meta", dtype=torch.bfloat16)
+    ws = [torch.empty(s, device="meta", dtype=torch.bfloat16) for s in [(D,), (D,), (3 * D, D), (D, D), (D,)]]
+    op = torch.ops.axial_fused
+    e = lambda *s, dtype=torch.bfloat16: torch.empty(*s, device="meta", dtype=dtype)
+    m_ok = e(2, H, W, dtype=torch.bool)
+    assert op.axial_pass(x, *ws, 4, 0, 1e-5, e(3 * D), e(D, D), e(D), m_ok, e(1, 4, W, W), False).shape == x.shape
+    assert op.axial_attention(x, *ws, *ws, 4, 1e-5, mask=m_ok, row_bias=e(2, 4, W, W, dtype=torch.float32),
+                              col_bias=e(1, 4, H, H)).shape == x.shape
+    cases = [
+        (lambda: op.axial_pass(x, *ws, 4, 0, 1e-5, mask=e(2, W, H, dtype=torch.bool)), ValueError, "mask has shape"),
+        (lambda: op.axial_pass(x, *ws, 4, 0, 1e-5, mask=e(2, H, W, dtype=torch.int32)), TypeError, "mask is Int"),
+        (lambda: op.axial_pass(x, *ws, 4, 1, 1e-5, bias=e(1, 4, W, W)), ValueError, "column pass has sequences of H = 3"),
+        (lambda: op.axial_pass(x, *ws, 4, 0, 1e-5, bias=e(1, 4, W, W, dtype=torch.float16)), TypeError,
+         "bias is Half; supported: float32 or x's dtype"),
+        (lambda: op.axial_attention(x, *ws, *ws, 4, 1e-5, row_bias=e(3, 4, W, W)), ValueError,
+         "row_bias has batch dimension 3"),
+        (lambda: op.axial_attention(x, *ws, *ws, 4, 1e-5, col_bias=e(1, 2, H, H)), ValueError, "col_bias has 2 heads"),
+        (lambda: op.axial_pass(x, *ws, 4, 0, 1e-5, e(D)), ValueError, r"qkv_bias has shape \[64\], expected \[192\]"),
+        (lambda: op.axial_attention(x, *ws, *ws, 4, 1e-5, col_gate_weight=e(D, 2 * D)), ValueError,
+         "col_gate_weight has shape"),
+        (lambda: op.axial_pass(x, *ws, 4, 0, 1e-5, None, None, e(D)), ValueError, "gate_bias was given without gate_weight"),
+        (lambda: op.axial_pass(x, *ws, 4, 0, 1e-5, None, e(D, D, dtype=torch.float32)), TypeError,
+         "gate_weight is Float but x is BFloat16"),
+    ]
+    for call, exc, msg in cases:
+        with pytest.raises(exc, match=msg):
+            call()
+
+
+# ---- GPU: every path ------------------------------------------------------------------------------
+
+def specs():
+    return sorted(_ext.specs(), key=lambda s: (s[1], s[2], s[0])) if _ext.C is not None else []
+
+
+def hopper_fused_serves(dt, dim, heads):
+    return (torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0) and dt != "float32"
+            and dim // heads == 32 and heads % 2 == 0 and dim <= 256)
+
+
+def run_case(dt, dim, heads, B, H, W, features, *, fn="pass", axis="row", path=-1, seed=0, **mask_kw):
+    dtype = DTYPES[dt]
+    w, mask, bias, residual = feature_inputs(features, B, H, W, dim, heads, dtype, "cuda", seed, axis,
+                                             bias_dtype=torch.float32 if seed % 2 else dtype, **mask_kw)
+    x = rand_x((B, H, W, dim), dtype, "cuda", seed + 3)
+    w64 = to64(w)
+    if fn == "pass":
+        ref = pass64(x, w64.row, heads, axis, w.eps, mask, bias, residual)
+        torch_out = af.reference.reference_pass(x, *w.row, num_heads=heads, axis=axis, eps=w.eps, mask=mask,
+                                                bias=bias, residual=residual)
+        call = lambda: af.axial_pass(x, w.row, num_heads=heads, axis=axis, eps=w.eps, mask=mask, bias=bias,
+                                     residual=residual, strict=True)
+    else:
+        cb = make_bias(1, heads, H, "cuda", dtype, seed + 5) if bias is not None else None
+        ref = attention64(x, w64, mask, bias, cb, residual)
+        y = af.reference.reference_pass(x, *w.row, num_heads=heads, axis="row", eps=w.eps, mask=mask, bias=bias,
+                                        residual=residual)
+        torch_out = af.reference.reference_pass(y, *w.col, num_heads=heads, axis="col", eps=w.eps, mask=mask,
+                                                bias=cb, residual=residual)
+        call = lambda: af.axial_attention(x, w, mask=mask, row_bias=bias, col_bias=cb, residual=residual, strict=True)
+    torch.full((x.numel() * 8,), float("nan"), device="cuda")  # poison the allocator's free blocks
+    torch.cuda.synchronize()
+    with torch.inference_mode(), force_path(path):
+        try:
+            out = call()
+        except RuntimeError as e:
+            if "do not fit in one block's shared memory" in str(e) or "Hopper fused path was forced" in str(e):
+                pytest.skip(str(e)[:120])
+            raise
+    torch.cuda.synchronize()
+    err, torch_err = rel_err(out, ref), rel_err(torch_out, ref)
+    tol = 1e-5 if dtype == torch.float32 and not torch.backends.cuda.matmul.allow_tf32 else 2 * torch_err + FLOOR[dtype]
+    assert err <= tol, f"error {err:.3g} > tolerance {tol:.3g} (PyTorch at {dt}: {torch_err:.3g})"
+
+
+def _gpu_cases():
+    cases = []
+    for i, (dt, dim, heads) in enumerate(specs()):
+        paths = [FUSED, TWO_KERNEL, -1] + ([FUSED_SM90] if hopper_fused_serves(dt, dim, heads) else [])
+        for path in paths:
+            for combo in (tuple(FEATURES), ("mask", "bias", "qkv_bias")):
+                if path == FUSED_SM90 and "gate" in combo:
+                    continue
+                cases.append((dt, dim, heads, path, combo))
+    return cases
+
+
+@gpu
+@pytest.mark.parametrize("dt,dim,heads,path,features", _gpu_cases(), ids=lambda v: "+".join(v) if isinstance(v, tuple) else str(v))
+@pytest.mark.parametrize("shape", [(2, 33, 7), (1, 5, 100), (2, 64, 129)], ids=str)
+def test_features_every_path(dt, dim, heads, path, features, shape):
+    B, H, W = shape
+    if path == FUSED_SM90 and max(H, W) > 128:
+        pytest.skip("the Hopper fused kernel takes sequences of at most 128 tokens")
+    seed = hash((dt, dim, heads, path, features, shape)) % 10_000
+    for axis in ("row", "col"):
+        run_case(dt, dim, heads, B, H, W, features, axis=axis, path=path, seed=seed)
+
+
+@gpu
+@pytest.mark.parametrize("features", COMBOS, ids="+".join)
+@pytest.mark.parametrize("path", [FUSED, TWO_KERNEL])
+def test_each_feature_alone(features, path):
+    for dt in ("float32", "bfloat16", "float16"):
+        cands = [s for s in specs() if s[0] == dt]
+        if not cands:
+            continue
+        _, dim, heads = min(cands, key=lambda s: s[1])
+        run_case(dt, dim, heads, 3, 31, 9, features, axis="col", path=path, seed=len(features) * 7 + path)
+
+
+@gpu
+@pytest.mark.parametrize("path", [FUSED, TWO_KERNEL, -1])
+def test_two_pass_call(path):
+    for dt, dim, heads in specs()[:6]:
+        run_case(dt, dim, heads, 2, 17, 40, tuple(FEATURES), fn="attention", path=path, seed=dim + path)
+        run_case(dt, dim, heads, 2, 17, 40, ("mask", "bias"), fn="attention", path=path, seed=dim + path + 1)
+
+
+@gpu
+@pytest.mark.parametrize("kw", [dict(strided=True), dict(mask_dtype=torch.float32), dict(mask_dtype=torch.uint8)],
+                         ids=["strided", "float", "uint8"])
+def test_mask_layouts(kw):
+    for dt, dim, heads in specs()[:4]:
+        for path in (FUSED, TWO_KERNEL, -1):
+            run_case(dt, dim, heads, 2, 21, 12, ("mask",), axis="col", path=path, seed=3, **kw)
+            run_case(dt, dim, heads, 2, 21, 12, ("mask",), axis="row", path=path, seed=4, **kw)
+
+
+@gpu
+def test_bias_layouts():
+    """Broadcast (batch 1, and a stride-0 expand) and strided (transposed) bias, float32 and x's dtype."""
+    for dt, dim, heads in specs()[:4]:
+        dtype = DTYPES[dt]
+        B, H, W = 3, 6, 45
+        w = make_weights(dim, heads, dtype, "cuda", seed=31)
+        x = rand_x((B, H, W, dim), dtype, "cuda", 32)
+        for bias in (make_bias(1, heads, W, "cuda", dtype, 33), make_bias(1, heads, W, "cuda", torch.float32, 34).expand(B, -1, -1, -1),
+                     make_bias(B, heads, W, "cuda", dtype, 35, strided=True), make_bias(B, heads, W, "cuda", torch.float32, 36)[..., ::1]):
+            ref = pass64(x, to64(w).row, heads, "row", w.eps, None, bias)
+            torch_err = rel_err(af.reference.reference_pass(x, *w.row, num_heads=heads, axis="row", eps=w.eps, bias=bias), ref)
+            for path in (FUSED, TWO_KERNEL, -1):
+                with torch.inference_mode(), force_path(path):
+                    try:
+                        out = af.axial_pass(x, w.row, num_heads=heads, axis="row", eps=w.eps, bias=bias, strict=True)
+                    except RuntimeError as e:
+                        if "do not fit" in str(e):
+                            continue
+                        raise
+                tol = 1e-5 if dtype == torch.float32 and not torch.backends.cuda.matmul.allow_tf32 else 2 * torch_err + FLOOR[dtype]
+                assert rel_err(out, ref) <= tol, (dt, dim, path, tuple(bias.stride()))
