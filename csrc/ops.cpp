@@ -163,7 +163,8 @@ void check_shapes(const at::Tensor& x, int64_t num_heads, double eps, const std:
   TORCH_CHECK_VALUE(std::isfinite(eps) && eps > 0, "axial_fused: eps must be a positive finite number, got ", eps);
   for (size_t i = 0; i < passes.size(); ++i) {
     const PassWeights& pw = passes[i];
-    const at::Tensor* ws[] = {&pw.norm_w, &pw.norm_b, &pw.qkv_w, &pw.out_w, &pw.out_b, &pw.qkv_b, &pw.gate_w, &pw.gate_b};
+    const at::Tensor* ws[] = {&pw.norm_w, &pw.norm_b, &pw.qkv_w,  &pw.out_w,
+                              &pw.out_b,  &pw.qkv_b,  &pw.gate_w, &pw.gate_b};
     for (int f = 0; f < kWeightFields; ++f) {
       if (f >= 5 && !ws[f]->defined()) continue;  // the optional ones
       const auto name = [&] { return weight_name(i, passes.size(), f); };
@@ -227,13 +228,14 @@ at::Tensor axial_pass_cuda(const at::Tensor& x, AXIAL_PASS_ARGS(), int64_t num_h
   check_extras(x, num_heads, opt(mask), {{&opt(bias), axis}}, 1);
   const c10::cuda::CUDAGuard guard(x.device());
   at::Tensor out = at::empty(x.sizes(), x.options());
-  run_pass(spec, packed_x(x), out, packed(w), axis, eps, {packed_mask(opt(mask)), packed_bias(opt(bias)), residual});
+  run_pass(spec, packed_x(x), out, packed(w), axis, eps,
+           {packed_mask(opt(mask)), packed_bias(opt(bias)), residual});
   return out;
 }
 
 at::Tensor axial_attention_cuda(const at::Tensor& x, AXIAL_PASS_ARGS(r), AXIAL_PASS_ARGS(c), int64_t num_heads,
-                                double eps, AXIAL_PASS_OPT(r), AXIAL_PASS_OPT(c), const OptT& mask, const OptT& row_bias, const OptT& col_bias,
-                                bool residual) {
+                                double eps, AXIAL_PASS_OPT(r), AXIAL_PASS_OPT(c), const OptT& mask,
+                                const OptT& row_bias, const OptT& col_bias, bool residual) {
   const PassWeights row_w = AXIAL_PASS_WEIGHTS(r), col_w = AXIAL_PASS_WEIGHTS(c);
   const SpecInfo* spec = check_inputs(x, num_heads, eps, {row_w, col_w});
   check_extras(x, num_heads, opt(mask), {{&opt(row_bias), 0}, {&opt(col_bias), 1}}, 2);
@@ -241,7 +243,8 @@ at::Tensor axial_attention_cuda(const at::Tensor& x, AXIAL_PASS_ARGS(r), AXIAL_P
   at::Tensor out = at::empty(x.sizes(), x.options());
   const at::Tensor m = packed_mask(opt(mask));
   run_pass(spec, packed_x(x), out, packed(row_w), 0, eps, {m, packed_bias(opt(row_bias)), residual});
-  run_pass(spec, out, out, packed(col_w), 1, eps, {m, packed_bias(opt(col_bias)), residual});  // in place: each element is read before it is written
+  // The column pass in place: each element is read before it is written.
+  run_pass(spec, out, out, packed(col_w), 1, eps, {m, packed_bias(opt(col_bias)), residual});
   return out;
 }
 
@@ -253,10 +256,12 @@ bool concrete(std::initializer_list<const at::Tensor*> ts) {
     if (t->defined() && t->unsafeGetTensorImpl()->has_symbolic_sizes_strides()) return false;
   return true;
 }
-bool concrete(const at::Tensor& x, const std::vector<PassWeights>& passes, std::initializer_list<const at::Tensor*> more) {
+bool concrete(const at::Tensor& x, const std::vector<PassWeights>& passes,
+              std::initializer_list<const at::Tensor*> more) {
   if (!concrete({&x}) || !concrete(more)) return false;
   for (const PassWeights& w : passes)
-    if (!concrete({&w.norm_w, &w.norm_b, &w.qkv_w, &w.out_w, &w.out_b, &w.qkv_b, &w.gate_w, &w.gate_b})) return false;
+    if (!concrete({&w.norm_w, &w.norm_b, &w.qkv_w, &w.out_w, &w.out_b, &w.qkv_b, &w.gate_w, &w.gate_b}))
+      return false;
   return true;
 }
 at::Tensor axial_pass_meta(const at::Tensor& x, AXIAL_PASS_ARGS(), int64_t num_heads, int64_t axis, double eps,
@@ -271,8 +276,8 @@ at::Tensor axial_pass_meta(const at::Tensor& x, AXIAL_PASS_ARGS(), int64_t num_h
   return at::empty_symint(x.sym_sizes(), x.options());
 }
 at::Tensor axial_attention_meta(const at::Tensor& x, AXIAL_PASS_ARGS(r), AXIAL_PASS_ARGS(c), int64_t num_heads,
-                                double eps, AXIAL_PASS_OPT(r), AXIAL_PASS_OPT(c), const OptT& mask, const OptT& row_bias, const OptT& col_bias,
-                                bool residual) {
+                                double eps, AXIAL_PASS_OPT(r), AXIAL_PASS_OPT(c), const OptT& mask,
+                                const OptT& row_bias, const OptT& col_bias, bool residual) {
   check_rank(x);
   const PassWeights row_w = AXIAL_PASS_WEIGHTS(r), col_w = AXIAL_PASS_WEIGHTS(c);
   if (concrete(x, {row_w, col_w}, {&opt(mask), &opt(row_bias), &opt(col_bias)})) {
@@ -294,7 +299,8 @@ at::Tensor reference_pass(const at::Tensor& x, const PassWeights& w, int64_t hea
   const at::Tensor xs = axis == 0 ? x : x.transpose(1, 2);  // sequences along dim 2
   const c10::SymInt B = xs.sym_size(0), S = xs.sym_size(1), L = xs.sym_size(2), D = xs.sym_size(3);
   const at::Tensor h = at::layer_norm_symint(xs, {D}, w.norm_w, w.norm_b, eps);
-  const at::Tensor qkv = at::linear(h, w.qkv_w, w.qkv_b).reshape_symint({B * S, L, 3, heads, D / heads}).permute({2, 0, 3, 1, 4});
+  const at::Tensor qkv =
+      at::linear(h, w.qkv_w, w.qkv_b).reshape_symint({B * S, L, 3, heads, D / heads}).permute({2, 0, 3, 1, 4});
   const at::Tensor q = qkv[0], k = qkv[1], v = qkv[2];
   at::Tensor attn;
   if (ex.mask.defined() || ex.bias.defined()) {
@@ -312,7 +318,8 @@ at::Tensor reference_pass(const at::Tensor& x, const PassWeights& w, int64_t hea
   } else {
     // No sequences: torch 2.11's CUDA SDPA returns an undefined tensor for them in 16-bit dtypes, so
     // the empty product (and its autograd graph) comes from plain matmuls.
-    attn = q.sym_numel() == 0 ? at::matmul(at::matmul(q, k.transpose(-2, -1)), v) : at::scaled_dot_product_attention(q, k, v);
+    attn = q.sym_numel() == 0 ? at::matmul(at::matmul(q, k.transpose(-2, -1)), v)
+                              : at::scaled_dot_product_attention(q, k, v);
   }
   at::Tensor o = attn.transpose(1, 2).reshape_symint({B, S, L, D});
   if (w.gate_w.defined()) o = o * at::sigmoid(at::linear(h, w.gate_w, w.gate_b));
@@ -328,7 +335,8 @@ bool grad_required(const at::Tensor& x, std::initializer_list<const PassWeights*
   // kernel below reports it by name.
   bool any = x.defined() && x.requires_grad();
   for (const PassWeights* w : passes)
-    for (const at::Tensor* t : {&w->norm_w, &w->norm_b, &w->qkv_w, &w->out_w, &w->out_b, &w->qkv_b, &w->gate_w, &w->gate_b})
+    for (const at::Tensor* t :
+         {&w->norm_w, &w->norm_b, &w->qkv_w, &w->out_w, &w->out_b, &w->qkv_b, &w->gate_w, &w->gate_b})
       any |= t->defined() && t->requires_grad();
   for (const at::Tensor* t : more) any |= t->defined() && t->requires_grad();
   return any;
@@ -353,8 +361,8 @@ at::Tensor axial_pass_autograd(const at::Tensor& x, AXIAL_PASS_ARGS(), int64_t n
 }
 
 at::Tensor axial_attention_autograd(const at::Tensor& x, AXIAL_PASS_ARGS(r), AXIAL_PASS_ARGS(c), int64_t num_heads,
-                                    double eps, AXIAL_PASS_OPT(r), AXIAL_PASS_OPT(c), const OptT& mask, const OptT& row_bias, const OptT& col_bias,
-                                    bool residual) {
+                                    double eps, AXIAL_PASS_OPT(r), AXIAL_PASS_OPT(c), const OptT& mask,
+                                    const OptT& row_bias, const OptT& col_bias, bool residual) {
   const PassWeights row_w = AXIAL_PASS_WEIGHTS(r), col_w = AXIAL_PASS_WEIGHTS(c);
   if (grad_required(x, {&row_w, &col_w}, {&opt(row_bias), &opt(col_bias)})) {
     check_extras(x, num_heads, opt(mask), {{&opt(row_bias), 0}, {&opt(col_bias), 1}}, 2);
@@ -394,14 +402,14 @@ at::Tensor axial_pass_autocast(const at::Tensor& x, AXIAL_PASS_ARGS(), int64_t n
                                AXIAL_PASS_OPT(), const OptT& mask, const OptT& bias, bool residual) {
   const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::DispatchKey::AutocastCUDA);
   static const auto op = op_handle<decltype(axial_pass_cuda)>("axial_fused::axial_pass");
-  const at::Tensor out = op.call(autocast_cast(x), AXIAL_PASS_AUTOCAST(), num_heads, axis, eps, AXIAL_PASS_AUTOCAST_OPT(),
-                                 mask, autocast_bias(bias), residual);
+  const at::Tensor out = op.call(autocast_cast(x), AXIAL_PASS_AUTOCAST(), num_heads, axis, eps,
+                                 AXIAL_PASS_AUTOCAST_OPT(), mask, autocast_bias(bias), residual);
   return out.to(autocast_result_type(x));
 }
 
 at::Tensor axial_attention_autocast(const at::Tensor& x, AXIAL_PASS_ARGS(r), AXIAL_PASS_ARGS(c), int64_t num_heads,
-                                    double eps, AXIAL_PASS_OPT(r), AXIAL_PASS_OPT(c), const OptT& mask, const OptT& row_bias, const OptT& col_bias,
-                                    bool residual) {
+                                    double eps, AXIAL_PASS_OPT(r), AXIAL_PASS_OPT(c), const OptT& mask,
+                                    const OptT& row_bias, const OptT& col_bias, bool residual) {
   const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::DispatchKey::AutocastCUDA);
   static const auto op = op_handle<decltype(axial_attention_cuda)>("axial_fused::axial_attention");
   const at::Tensor out = op.call(autocast_cast(x), AXIAL_PASS_AUTOCAST(r), AXIAL_PASS_AUTOCAST(c), num_heads, eps,

@@ -4,7 +4,7 @@
 //   2. for each tile of BM queries: the attention (column groups of warps take alternate heads; keys
 //      are the group's tokens, masked to the query's own sequence), then the output projection with
 //      bias and residual straight to out.
-// Nothing but x, the weights and out touches global memory.
+// Nothing but x, the weights and out (and the mask and bias, where given) touches global memory.
 //
 // The short-block form (blocks of at most BM / 2 tokens, e.g. one 32-token sequence a block). The
 // whole form would leave the row groups past BM / 2 without work in the attention and the
@@ -157,13 +157,13 @@ __global__ void __launch_bounds__(Tr::THREADS) fused_pass_kernel(const __grid_co
         auto attend = [&](const auto& tm) {
           if (short_block) {  // all the block's keys in one tile of BM / 2 (<= BN) keys, from key 0
             static_assert(BM / 2 <= BN, "the short-block form's key tile");
-            attend_tile<Tr, BM / 2>(st, qkv + rw * ldq + h * HDK, ldq, qkv + HW + h * HDK, qkv + 2 * HW + h * HDK, ldq, 0,
-                                    lo, hi, p.scale_log2, ps + warp * 16 * Tr::LDP, tm);
+            attend_tile<Tr, BM / 2>(st, qkv + rw * ldq + h * HDK, ldq, qkv + HW + h * HDK, qkv + 2 * HW + h * HDK,
+                                    ldq, 0, lo, hi, p.scale_log2, ps + warp * 16 * Tr::LDP, tm);
           } else {
             for (int kt = klo; kt < khi; kt += BN) {
               attend_tile<Tr>(st, qkv + rw * ldq + h * HDK, ldq, qkv + kt * ldq + HW + h * HDK,
-                              qkv + kt * ldq + 2 * HW + h * HDK, ldq, kt, lo, hi, p.scale_log2, ps + warp * 16 * Tr::LDP,
-                              tm);
+                              qkv + kt * ldq + 2 * HW + h * HDK, ldq, kt, lo, hi, p.scale_log2,
+                              ps + warp * 16 * Tr::LDP, tm);
             }
           }
         };

@@ -79,7 +79,8 @@ __global__ void __launch_bounds__(Tr::THREADS) attn_out_kernel(const __grid_cons
 #endif
   using T = typename Tr::T;
   using Lay = AttnOutLayout<Tr, SM90>;
-  constexpr int D = Tr::D, HD = Tr::HD, HDK = Tr::HDK, BM = Tr::BM, BN = Tr::BN, LDH = Tr::LDH, VEC = Tr::VEC, CG = Tr::CG;
+  constexpr int D = Tr::D, HD = Tr::HD, HDK = Tr::HDK, BM = Tr::BM, BN = Tr::BN, LDH = Tr::LDH, VEC = Tr::VEC;
+  constexpr int CG = Tr::CG;
   constexpr int HG = (Tr::HEADS + CG - 1) / CG;  // head groups: CG heads at a time, one per column group
   extern __shared__ __align__(16) unsigned char smem_raw[];
   int64_t* xo = reinterpret_cast<int64_t*>(smem_raw);

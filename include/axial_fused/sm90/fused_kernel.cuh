@@ -16,8 +16,9 @@
 //      rescaling); O_h = P V (wgmma, P from registers); O_h / rowsum into the O tile's columns of
 //      head h (SW128);
 //   3. out = O @ W_out^T + bias + x (wg_gemm over both rings; bias and residual loaded ahead).
-// Nothing but x, the weights and out touches global memory. head_dim 32 with an even number of
-// heads and D <= 256 (the D = 128/4, 192/6, 256/8 specializations; FusedSm90::SERVED); bf16/fp16.
+// Nothing but x, the weights and out (and the mask and bias, where given) touches global memory.
+// head_dim 32 with an even number of heads and D <= 256 (the D = 128/4, 192/6, 256/8 specializations;
+// FusedSm90::SERVED); bf16/fp16.
 #pragma once
 #include "axial_fused/common/logits.cuh"
 #include "axial_fused/sm90/layernorm_sw128.cuh"
