@@ -331,6 +331,21 @@ def test_bench_counts_and_progress_line():
     assert bench.progress_line(row) == "  seed/bfloat16: graph 60.0 fused_graph 24.2 µs; best peer graph"
 
 
+def test_bench_feature_table():
+    """The --features table: a row per pass, each feature's time and ratio to the plain pass."""
+    import io
+
+    from axial_fused import bench
+    rows = [{"shape": "msa", "axis": "row", "features": "plain", "us": 400.0, "ratio": 1.0},
+            {"shape": "msa", "axis": "row", "features": "mask", "us": 460.0, "ratio": 1.15}]
+    out = io.StringIO()
+    bench.print_feature_table(rows, out)
+    lines = out.getvalue().splitlines()
+    assert lines[0].split()[:4] == ["shape", "pass", "plain", "mask"] and "mask+bias+gate" in lines[0]
+    assert lines[1].split()[:6] == ["msa", "row", "400.0", "1.00x", "460.0", "1.15x"] and lines[1].count("-") == 6
+    assert len(lines) == 3  # no column row: nothing measured for it
+
+
 def test_bench_resolve_shape():
     """The scripts' SHAPE argument: a suite name or B,H,W,D,heads[,dtype]; anything else names the forms."""
     from axial_fused import bench

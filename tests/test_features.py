@@ -228,6 +228,134 @@ def test_op_meta_rejects_features():
             call()
 
 
+# ---- CPU: the operator with the features (its registrations, compile, export) --------------------
+
+OP = torch.ops.axial_fused
+
+
+def _feature_args(op, dtype=torch.float64, device="cpu", requires_grad=False):
+    """Positional arguments of the op with every optional tensor given (a float32 bias: the other dtype)."""
+    D, heads, B, H, W = 32, 2, 2, 3, 5
+    w = make_weights(D, heads, dtype, device, seed=41, qkv_bias=True, gate=True)
+    rg = lambda t: t.detach().requires_grad_(requires_grad) if t.is_floating_point() else t
+    x = rg(rand_x((B, H, W, D), dtype, device, 42))
+    mask = make_mask(B, H, W, device, 43)
+    rb = rg(make_bias(1, heads, W, device, dtype, 44))
+    cb = rg(make_bias(B, heads, H, device, dtype, 45))
+    row, col = [rg(t) for t in w.row], [rg(t) for t in w.col]
+    if op == "axial_pass":
+        return (x, *col[:5], heads, 1, w.eps, *col[5:], mask, cb, False), w
+    return (x, *row[:5], *col[:5], heads, w.eps, *row[5:], *col[5:], mask, rb, cb, False), w
+
+
+@needs_ext
+@pytest.mark.parametrize("op", ["axial_attention", "axial_pass"])
+def test_opcheck_with_features(op):
+    """Schema, fake tensors and AOT dispatch with every optional argument: on meta tensors (the
+    shape-only kernel) and, with inputs requiring grad, on the CPU (the Autograd kernel's reference
+    math in ATen ops, gradients included)."""
+    meta, _ = _feature_args(op, torch.float32, "meta")
+    torch.library.opcheck(getattr(OP, op).default, meta)
+    args, _ = _feature_args(op, torch.float64, "cpu", requires_grad=True)
+    torch.library.opcheck(getattr(OP, op).default, args)
+
+
+@needs_ext
+def test_op_autograd_kernel_with_features_matches_float64():
+    """The op's Autograd kernel (C++ ATen ops) with every feature, against pass64, and its gradients
+    by gradcheck."""
+    args, w = _feature_args("axial_pass", requires_grad=True)
+    x, mask, cb = args[0], args[12], args[13]
+    got = OP.axial_pass(*args)
+    want = pass64(x.detach(), w.col, 2, "col", w.eps, mask, cb.detach(), residual=False)
+    assert rel_err(got.detach(), want) < 1e-12
+    args2, w2 = _feature_args("axial_attention", requires_grad=True)
+    got2 = OP.axial_attention(*args2)
+    want2 = attention64(args2[0].detach(), w2, args2[19], args2[20].detach(), args2[21].detach(), residual=False)
+    assert rel_err(got2.detach(), want2) < 1e-12
+    grads = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.requires_grad]
+    fn = lambda *t: OP.axial_pass(*[t[grads.index(i)] if i in grads else a for i, a in enumerate(args)])
+    assert torch.autograd.gradcheck(fn, tuple(args[i] for i in grads), eps=1e-6, atol=1e-5)
+
+
+class FeaturePass(torch.nn.Module):
+    """An MSA-row-attention-like block: a pass with every feature, its update added back."""
+
+    def __init__(self, w: af.AxialWeights):
+        super().__init__()
+        self.w = w
+
+    def forward(self, x, mask, bias):
+        upd = af.axial_pass(x, self.w.row, num_heads=self.w.num_heads, axis="row", mask=mask, bias=bias,
+                            residual=False, strict=True)
+        return af.axial_attention(x + upd, self.w, mask=mask, col_bias=None, strict=True)
+
+
+def _stand_in_pass(x, nw, nb, qkv, ow, ob, heads, axis, eps, qb=None, gw=None, gb=None, mask=None, bias=None,
+                   residual=True):
+    """CPU kernel for the op in these tests: the reference, contiguous as the CUDA kernel's output."""
+    return af.reference.reference_pass(x, nw, nb, qkv, ow, ob, qb, gw, gb, num_heads=heads,
+                                       axis="row" if axis == 0 else "col", eps=eps, mask=mask, bias=bias,
+                                       residual=residual).contiguous()
+
+
+def _stand_in_attention(x, *a):
+    row, col, heads, eps, ropt, copt = a[:5], a[5:10], a[10], a[11], a[12:15], a[15:18]
+    mask, rb, cb, residual = (a[18:22] + (None, None, None, True)[len(a[18:22]):])
+    y = _stand_in_pass(x, *row, heads, 0, eps, *ropt, mask, rb, residual)
+    return _stand_in_pass(y, *col, heads, 1, eps, *copt, mask, cb, residual)
+
+
+@pytest.fixture
+def fused_on_cpu(monkeypatch):
+    """CPU calls take the fused branch (the op, with the stand-in kernels) for the test's duration."""
+    if _ext.C is None:
+        pytest.skip(f"extension not built: {_ext.error}")
+    import axial_fused.functional as F_
+    monkeypatch.setattr(F_, "_reason", lambda *a, **k: None)
+    with torch.library._scoped_library("axial_fused", "IMPL") as lib:
+        lib.impl("axial_pass", _stand_in_pass, "CPU")
+        lib.impl("axial_attention", _stand_in_attention, "CPU")
+        yield
+
+
+def _feature_model():
+    w = make_weights(32, 2, torch.float32, seed=46, qkv_bias=True, gate=True)
+    x = rand_x((2, 6, 5, 32), torch.float32, "cpu", 47)
+    return FeaturePass(w), (x, make_mask(2, 6, 5, "cpu", 48), make_bias(2, 2, 5, "cpu", torch.float32, 49))
+
+
+def test_compile_fullgraph_with_features(fused_on_cpu):
+    """The fused branch with every feature compiles with fullgraph=True: both ops in the graph, the
+    fake implementations' outputs match the kernels', the result matches eager (and pass64)."""
+    torch._dynamo.reset()
+    model, inputs = _feature_model()
+    with torch.no_grad():
+        explained = torch._dynamo.explain(model)(*inputs)
+        assert explained.graph_break_count == 0
+        code = explained.graphs[0].code
+        assert "torch.ops.axial_fused.axial_pass" in code and "torch.ops.axial_fused.axial_attention" in code
+        got = torch.compile(model, fullgraph=True)(*inputs)
+        assert rel_err(got, model(*inputs)) < 1e-6
+    x, mask, bias = inputs
+    w64 = to64(model.w)
+    want = attention64(x.double() + pass64(x, w64.row, 2, "row", model.w.eps, mask, bias, residual=False), w64, mask)
+    assert rel_err(got, want) < 1e-5
+
+
+def test_export_with_features_save_load(fused_on_cpu, tmp_path):
+    """Exported, the program holds both ops with their optional arguments; it survives save/load."""
+    model, inputs = _feature_model()
+    with torch.no_grad():
+        ep = torch.export.export(model, inputs)
+    targets = [n.target for n in ep.graph.nodes if n.op == "call_function"]
+    assert OP.axial_pass.default in targets and OP.axial_attention.default in targets
+    torch.export.save(ep, tmp_path / "m.pt2")
+    loaded = torch.export.load(tmp_path / "m.pt2")
+    with torch.no_grad():
+        assert torch.equal(loaded.module()(*inputs), model(*inputs))
+
+
 # ---- GPU: every path ------------------------------------------------------------------------------
 
 def specs():
