@@ -108,11 +108,12 @@ int sequences_per_block_waves(int64_t num_seq, int len, int sms) {
 // block of a fused path takes. The rule, in order (docs/design.md, "The planner"):
 //   0. `forced` >= 0 (tests and benchmarks, set_path_override): that path, or an error saying why it
 //      cannot run here;
-//   1. the Hopper fused kernel where it serves (sm_90a, 16-bit, head_dim 32, even heads, D <= 256)
-//      and 32 <= L <= 128, its blocks packed by whole waves; except at 64 < D <= 128 when that needs
+//   1. the Hopper fused kernel where it serves (sm_90a, 16-bit, head_dim 32, even heads, D <= 256,
+//      no gate) and 32 <= L <= 128, its blocks packed by whole waves; except at 64 < D <= 128 when that needs
 //      more than one wave of blocks: the two-kernel path, whose time grows with the tokens where a
 //      fused block costs the same however few of its rows hold tokens;
-//   2. the mma.sync fused kernel where its block's sequences fit in shared memory within 128 rows;
+//   2. the mma.sync fused kernel where its block's sequences fit in shared memory within 128 rows
+//      (with the gate's block when `gated`);
 //   3. the two-kernel path (a sequence's queries spread over several blocks, keys streamed).
 Plan plan_pass(const SpecInfo* spec, int64_t num_seq, int len, int math, const DeviceInfo& dev, int forced,
                bool gated) {
