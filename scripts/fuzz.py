@@ -6,7 +6,10 @@ compiled (dim, heads), B, H, W, eps, the call (both passes, or one pass along ei
 of x (contiguous, a slice of a larger tensor, H and W transposed, an expanded batch, a channel slice,
 a pointer offset by 2 elements; a pointer offset by 1 element or an odd token stride, which the op
 copies once), the scale and shift of x, the scales of the weights, the kernel path
-(automatic, forced fused, forced two-kernel) and, for float32, TF32 on or off. About one in ten draws
+(automatic, forced fused, forced two-kernel), for float32 TF32 on or off, and with --features (drawn
+last, so that a seed's other fields stay as they are without it) the optional features: a key mask (random holes and a padded
+tail), a logit bias (batch 1 or B, float32 or x's dtype, possibly transposed), the sigmoid gate, the
+q/k/v bias, the update alone. About one in ten draws
 is unsupported on purpose (an uncompiled (dim, heads), or float64): then
 ``fallback_reason`` must say why, ``strict=True`` must raise and the fallback must be correct.
 
@@ -16,6 +19,7 @@ TF32 within 1e-5).  ``--device cpu``: a self-test of the generator and of the fa
 on every layout, against the float64 implementation with fixed per-dtype bounds (CI runs it).
 
     python scripts/fuzz.py --n 500                 # the full run on the GPU
+    python scripts/fuzz.py --n 500 --features      # ... with the optional features
     python scripts/fuzz.py --seed 0 --only 17 -v   # rerun one configuration
 """
 from __future__ import annotations
@@ -53,8 +57,9 @@ def compiled_pairs() -> list[tuple[str, int, int]]:
     return [(dt, d, h) for d, h in _specs.DEFAULT_PAIRS for dt in DTYPES]
 
 
-def draw(seed: int, index: int, max_elems: int, specs: list[tuple[str, int, int]]) -> dict:
-    """Configuration `index` of run `seed` (independent of the others)."""
+def draw(seed: int, index: int, max_elems: int, specs: list[tuple[str, int, int]], features: bool = False) -> dict:
+    """Configuration `index` of run `seed` (independent of the others); features=False: without the
+    optional features (the same draws, their switches off)."""
     rng = random.Random(f"axial-fuzz:{seed}:{index}")
     dt, dim, heads = rng.choice(specs)
     cfg = dict(seed=seed, index=index, dtype=dt, dim=dim, heads=heads, unsupported=None,
@@ -79,7 +84,40 @@ def draw(seed: int, index: int, max_elems: int, specs: list[tuple[str, int, int]
     esz = 8 if cfg["dtype"] == "float64" else DTYPES[cfg["dtype"]].itemsize
     if cfg["path"] == "fused" and (cfg["dim"] * esz > 512 or max(H, W) > 64):
         cfg["path"] = "auto"  # a forced fused block must fit in shared memory
+    on = rng.random() < 0.5 and features  # half the draws have features, each of those a random subset
+    cfg.update(mask=on and rng.random() < 0.6, bias=on and rng.random() < 0.6, gate=on and rng.random() < 0.5,
+               qkv_bias=on and rng.random() < 0.5, residual=not (on and rng.random() < 0.3),
+               bias_batch1=rng.random() < 0.5, bias_f32=rng.random() < 0.5, bias_transposed=rng.random() < 0.3)
     return cfg
+
+
+def has_features(cfg: dict) -> bool:
+    return any(cfg.get(k) for k in ("mask", "bias", "gate", "qkv_bias")) or not cfg.get("residual", True)
+
+
+def make_extras(cfg: dict, x: torch.Tensor) -> dict:
+    """The call's mask and biases (as keyword arguments of the call) for the configuration's features."""
+    B, H, W, heads = cfg["B"], cfg["H"], cfg["W"], cfg["heads"]
+    g = torch.Generator().manual_seed(cfg["index"] + 31337 * cfg["seed"])
+    kw = {"residual": cfg.get("residual", True)}
+    if cfg.get("mask"):
+        m = torch.rand(B, H, W, generator=g) > 0.3
+        if W >= 4:  # a padded tail: the last eighth of every row absent
+            m[:, :, W - max(1, W // 8):] = False
+        kw["mask"] = m.to(x.device)
+    if cfg.get("bias"):
+        dtype = torch.float32 if cfg["bias_f32"] and x.dtype != torch.float64 else x.dtype
+
+        def bias(L):
+            b = torch.randn(1 if cfg["bias_batch1"] else B, heads, L, L, generator=g, dtype=torch.float64) * 3
+            if cfg["bias_transposed"]:
+                b = b.transpose(2, 3).contiguous().transpose(2, 3)
+            return b.to(x.device, dtype)
+        if cfg["fn"] == "attention":
+            kw.update(row_bias=bias(W), col_bias=bias(H))
+        else:
+            kw["bias"] = bias(W if cfg["fn"] == "row" else H)
+    return kw
 
 
 def make_x(cfg: dict, device) -> torch.Tensor:
@@ -112,25 +150,36 @@ def make_x(cfg: dict, device) -> torch.Tensor:
 def make_w(cfg: dict, device) -> af.AxialWeights:
     dtype = torch.float64 if cfg["dtype"] == "float64" else DTYPES[cfg["dtype"]]
     w = make_weights(cfg["dim"], cfg["heads"], torch.float64, "cpu", seed=cfg["index"] + 104729 * cfg["seed"],
-                     eps=cfg["eps"])
-    scale = lambda pw: af.PassWeights(pw.norm_weight, pw.norm_bias, pw.qkv_weight * cfg["qkv_scale"],
-                                      pw.out_weight * cfg["out_scale"], pw.out_bias)
-    cv = lambda pw: af.PassWeights(*(t.to(device=device, dtype=dtype) for t in scale(pw)[:5]))
+                     eps=cfg["eps"], qkv_bias=cfg.get("qkv_bias", False), gate=cfg.get("gate", False))
+    scale = lambda pw: pw._replace(qkv_weight=pw.qkv_weight * cfg["qkv_scale"], out_weight=pw.out_weight * cfg["out_scale"])
+    cv = lambda pw: af.PassWeights(*(None if t is None else t.to(device=device, dtype=dtype) for t in scale(pw)))
     return af.AxialWeights.create(cv(w.row), cv(w.col), cfg["heads"], cfg["eps"])
 
 
-def call(x, w, cfg, strict: bool):
+def call(x, w, cfg, strict: bool, kw=None):
+    kw = kw or {}
     with torch.inference_mode():
         if cfg["fn"] == "attention":
-            return af.axial_attention(x, w, strict=strict)
-        return af.axial_pass(x, w.row, num_heads=w.num_heads, axis=cfg["fn"], eps=w.eps, strict=strict)
+            return af.axial_attention(x, w, strict=strict, **kw)
+        return af.axial_pass(x, w.row, num_heads=w.num_heads, axis=cfg["fn"], eps=w.eps, strict=strict, **kw)
 
 
-def reference64(x, w, cfg):
-    w64 = to64(w)
+def reference64(x, w, cfg, kw=None):
+    kw = kw or {}
+    w64, res, mask = to64(w), kw.get("residual", True), kw.get("mask")
     if cfg["fn"] == "attention":
-        return attention64(x, w64)
-    return pass64(x, w64.row, w.num_heads, cfg["fn"], w.eps)
+        return attention64(x, w64, mask, kw.get("row_bias"), kw.get("col_bias"), res)
+    return pass64(x, w64.row, w.num_heads, cfg["fn"], w.eps, mask, kw.get("bias"), res)
+
+
+def torch_at_dtype(x, w, cfg, kw):
+    """The reference model at x's dtype (PyTorch's own error at that dtype is the tolerance's unit)."""
+    res, mask = kw.get("residual", True), kw.get("mask")
+    one = lambda y, pw, axis, b: af.reference.reference_pass(y, *pw, num_heads=w.num_heads, axis=axis, eps=w.eps,
+                                                             mask=mask, bias=b, residual=res)
+    if cfg["fn"] == "attention":
+        return one(one(x, w.row, "row", kw.get("row_bias")), w.col, "col", kw.get("col_bias"))
+    return one(x, w.row, cfg["fn"], kw.get("bias"))
 
 
 def run_gpu(cfg: dict) -> str:
@@ -147,23 +196,42 @@ def run_gpu(cfg: dict) -> str:
             raise AssertionError(f"{cfg['unsupported']}: strict=True did not raise")
         except af.FusedUnavailableError:
             pass
+        kw = make_extras(cfg, x)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", af.FusedFallbackWarning)
-            out = call(x, w, cfg, strict=False)
-        ref = reference64(x, w, cfg)
+            out = call(x, w, cfg, strict=False, kw=kw)
+        ref = reference64(x, w, cfg, kw)
         err = rel_err(out, ref)
         if out.dtype == torch.float64:
             tol = CPU_TOL[out.dtype]
         else:  # the fallback is PyTorch at x.dtype: the same rule as the fused path, against the reference model
-            torch_out = (af.reference.reference_axial_attention(x, w) if cfg["fn"] == "attention" else
-                         af.reference.reference_pass(x, *w.row, num_heads=w.num_heads, axis=cfg["fn"], eps=w.eps))
-            tol = 2 * rel_err(torch_out, ref) + test_kernels.FLOOR[out.dtype]
+            tol = 2 * rel_err(torch_at_dtype(x, w, cfg, kw), ref) + test_kernels.FLOOR[out.dtype]
         assert out.shape == x.shape and err <= tol, f"fallback error {err:.3g} > {tol:.3g}"
         return "fallback"
     path = _ext.PATHS[cfg["path"]]
     fn, axis = ("attention", "row") if cfg["fn"] == "attention" else ("pass", cfg["fn"])
+    if not has_features(cfg):
+        with test_kernels.force_path(path), test_kernels.tf32(cfg["tf32"]):
+            test_kernels.check(x, w, fn=fn, axis=axis)
+        return "fused"
+    # With features: the same rule as test_kernels.check (NaN-poisoned allocator, fused strict vs float64
+    # within 2 x PyTorch's error at the dtype + floor; exact float32 within 1e-5).
+    kw = make_extras(cfg, x)
+    ref = reference64(x, w, cfg, kw)
+    test_kernels.poison(x.numel() * x.element_size() * 8)
     with test_kernels.force_path(path), test_kernels.tf32(cfg["tf32"]):
-        test_kernels.check(x, w, fn=fn, axis=axis)
+        try:
+            out = call(x, w, cfg, strict=True, kw=kw)
+        except RuntimeError as e:  # a forced path whose blocks cannot hold the gate's block as well
+            if "do not fit in one block's shared memory" not in str(e):
+                raise
+            _ext.C.set_path_override(-1)
+            out = call(x, w, cfg, strict=True, kw=kw)
+        torch.cuda.synchronize()
+        err, torch_err = rel_err(out, ref), rel_err(torch_at_dtype(x, w, cfg, kw), ref)
+        exact = x.dtype == torch.float32 and not cfg["tf32"]
+    tol = 1e-5 if exact else 2 * torch_err + test_kernels.FLOOR[x.dtype]
+    assert out.shape == x.shape and err <= tol, f"error {err:.3g} > tolerance {tol:.3g} (PyTorch: {torch_err:.3g})"
     return "fused"
 
 
@@ -171,23 +239,24 @@ def run_cpu(cfg: dict) -> str:
     """Self-test on the CPU: the generator, every layout, and the fallback path against float64."""
     x, w = make_x(cfg, "cpu"), make_w(cfg, "cpu")
     assert af.fallback_reason(x, w) is not None
+    kw = make_extras(cfg, x)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", af.FusedFallbackWarning)
-        out = call(x, w, cfg, strict=False)
-    err = rel_err(out, reference64(x, w, cfg))
+        out = call(x, w, cfg, strict=False, kw=kw)
+    err = rel_err(out, reference64(x, w, cfg, kw))
     assert out.shape == x.shape and out.dtype == x.dtype and err <= CPU_TOL[x.dtype], \
         f"fallback error {err:.3g} > {CPU_TOL[x.dtype]:.3g}"
     return "fallback"
 
 
 def fuzz(n: int, seed: int, device: str, max_elems: int, only: int | None = None, verbose: bool = False,
-         out=print) -> list[dict]:
+         out=print, features: bool = False) -> list[dict]:
     """Run configurations [0, n) (or just `only`) of run `seed`; returns the failing configurations."""
     specs = compiled_pairs()
     indices = [only] if only is not None else range(n)
     failures, kinds, t0 = [], {"fused": 0, "fallback": 0}, time.time()
     for i in indices:
-        cfg = draw(seed, i, max_elems, specs)
+        cfg = draw(seed, i, max_elems, specs, features)
         try:
             kinds[(run_gpu if device == "cuda" else run_cpu)(cfg)] += 1
             if verbose:
@@ -198,7 +267,7 @@ def fuzz(n: int, seed: int, device: str, max_elems: int, only: int | None = None
             if verbose:
                 out(traceback.format_exc())
             out(f"     reproduce: python scripts/fuzz.py --device {device} --seed {seed} --only {i} "
-                f"--max-elems {max_elems} -v")
+                f"--max-elems {max_elems}{' --features' if features else ''} -v")
     out(f"fuzz: {len(indices)} configurations (seed {seed}, {device}): {kinds['fused']} fused, "
         f"{kinds['fallback']} fallback, {len(failures)} failed, {time.time() - t0:.1f} s")
     return failures
@@ -211,13 +280,15 @@ def main() -> int:
     ap.add_argument("--only", type=int, default=None, help="run only configuration INDEX of this seed")
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--max-elems", type=int, default=None, help="cap on B*H*W*D (default 2M on the GPU, 100k on CPU)")
+    ap.add_argument("--features", action="store_true",
+                    help="draw the optional features too (mask, bias, gate, q/k/v bias, update only)")
     ap.add_argument("-v", "--verbose", action="store_true")
     a = ap.parse_args()
     if a.device == "cuda" and (_ext.C is None or not torch.cuda.is_available()):
         print(f"fuzz: no CUDA device or extension ({_ext.error}); use --device cpu")
         return 1
     max_elems = a.max_elems or (2_000_000 if a.device == "cuda" else 100_000)
-    return 1 if fuzz(a.n, a.seed, a.device, max_elems, a.only, a.verbose) else 0
+    return 1 if fuzz(a.n, a.seed, a.device, max_elems, a.only, a.verbose, features=a.features) else 0
 
 
 if __name__ == "__main__":
