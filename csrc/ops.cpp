@@ -105,11 +105,12 @@ constexpr int kWeightFields = 8;
 constexpr const char* kFields[kWeightFields] = {"norm_weight", "norm_bias", "qkv_weight", "out_weight",
                                                 "out_bias",    "qkv_bias",  "gate_weight", "gate_bias"};
 
-std::string weight_name(size_t pass, size_t num_passes, int field) {
-  return std::string(num_passes == 2 ? (pass == 0 ? "row_" : "col_") : "") + kFields[field];
-}
+// An argument's name in a message: "row_" / "col_" before it in the two-pass operator.
 std::string pass_prefix(size_t pass, size_t num_passes) {
   return num_passes == 2 ? (pass == 0 ? "row_" : "col_") : "";
+}
+std::string weight_name(size_t pass, size_t num_passes, int field) {
+  return pass_prefix(pass, num_passes) + kFields[field];
 }
 
 const at::Tensor& opt(const std::optional<at::Tensor>& t) {
