@@ -346,6 +346,20 @@ def test_bench_feature_table():
     assert len(lines) == 3  # no column row: nothing measured for it
 
 
+def test_bench_feature_inputs():
+    """The feature benchmark's inputs: each set turns on exactly its features, the bias fits the pass."""
+    from axial_fused import bench
+    fi = bench.FeatureInputs(1, 16, 8, 64, 4, torch.float32, device="cpu")
+    assert not fi.mask[:, 14:].any() and not fi.mask[..., 7:].any() and fi.mask[:, :14, :7].float().mean() > 0.7
+    for fname, (m_on, b_on, g_on, q_on, res) in bench.FEATURE_SETS.items():
+        for axis, L in (("row", 8), ("col", 16)):
+            x, pw, kw = fi.call(fname, axis)
+            assert (kw["mask"] is not None, kw["bias"] is not None, pw.gate_weight is not None,
+                    pw.qkv_bias is not None, kw["residual"]) == (m_on, b_on, g_on, q_on, res)
+            if b_on:
+                assert tuple(kw["bias"].shape) == (1, 4, L, L)
+
+
 def test_bench_resolve_shape():
     """The scripts' SHAPE argument: a suite name or B,H,W,D,heads[,dtype]; anything else names the forms."""
     from axial_fused import bench

@@ -117,10 +117,23 @@ inline cudaError_t launch_with_smem(int64_t blocks, int threads, size_t smem, cu
   return cudaLaunchKernelEx(&cfg, Kernel, args...);
 }
 
+// f(std::integral_constant<int, TERMS>{}) for the prepared terms that p carries (TERMS, attn_sm90_body);
+// always 0 for a plain variant.
+template <bool EXTRAS, class F>
+inline cudaError_t with_terms(const PassParams& p, F&& f) {
+  if constexpr (EXTRAS) {
+    const int terms = (p.bias_frag ? kTermBias : 0) | (p.key_bits ? kTermMask : 0);
+    if (terms == kTermBias) return f(std::integral_constant<int, kTermBias>{});
+    if (terms == kTermMask) return f(std::integral_constant<int, kTermMask>{});
+    if (terms == (kTermBias | kTermMask)) return f(std::integral_constant<int, kTermBias | kTermMask>{});
+  }
+  return f(std::integral_constant<int, 0>{});
+}
+
 // The split pass's second and third kernels (AttnSm90's SPLIT: the attention alone, then the output
 // projection as a GEMM); cudaErrorNotSupported where they do not apply, so that the caller launches
 // the fused attention kernel instead.
-template <class T, int D, int HEADS, bool EXTRAS>
+template <class T, int D, int HEADS, bool EXTRAS, int TERMS>
 inline cudaError_t launch_split(const PassParams& p, int64_t tokens, cudaStream_t stream) {
   using A = AttnSm90<T, D, HEADS, 128>;
   using A64 = AttnSm90<T, D, HEADS, 64>;
@@ -141,9 +154,9 @@ inline cudaError_t launch_split(const PassParams& p, int64_t tokens, cudaStream_
     const int64_t tiles = (tokens + G::BM - 1) / G::BM * G::NT, gemm_blocks = tiles < sms ? tiles : sms;
     // 64 queries a block where the sequence is no longer (a 128-query block would be half padding).
     const cudaError_t e =
-        p.len <= 64 ? launch_with_smem<attn_sm90_split_kernel<T, D, HEADS, 64, EXTRAS>, 1, true>(p.num_seq, 256, A64::SMEM,
-                                                                                            stream, p)
-                    : launch_with_smem<attn_sm90_split_kernel<T, D, HEADS, 128, EXTRAS>, 1, true>(
+        p.len <= 64 ? launch_with_smem<attn_sm90_split_kernel<T, D, HEADS, 64, EXTRAS, TERMS>, 1, true>(
+                          p.num_seq, 256, A64::SMEM, stream, p)
+                    : launch_with_smem<attn_sm90_split_kernel<T, D, HEADS, 128, EXTRAS, TERMS>, 1, true>(
                           p.num_seq * ((p.len + A::BM - 1) / A::BM), 256, A::SMEM, stream, p);
     if (e != cudaSuccess) return e == cudaErrorNotSupported ? cudaErrorUnknown : e;  // (no fallback from here)
     const cudaError_t g =
@@ -182,23 +195,31 @@ struct Spec {
   // The Hopper attention kernels of K2; cudaErrorNotSupported where they do not serve.
   template <bool EXTRAS>
   static cudaError_t launch_attn_sm90(const PassParams& p, int64_t tokens, cudaStream_t stream) {
-    const cudaError_t e = launch_split<T, D, HEADS, EXTRAS>(p, tokens, stream);
-    if (e != cudaErrorNotSupported) return e;
-    using A = AttnSm90<T, D, HEADS>;
-    if constexpr (A::SERVED) {
-      if (p.arch == 90) {
-        const int64_t blocks = p.num_seq * ((p.len + A::BM - 1) / A::BM);
-        if constexpr (A::OUT_TMA) {
-          CUtensorMap omap;
-          if (encode_weight_map<T>(&omap, p.w_out, D, D, A::OUT_KW, A::WGN * A::OUT_BNW) == cudaSuccess)
-            return launch_with_smem<attn_sm90_otma_kernel<T, D, HEADS, EXTRAS>, 1, true>(blocks, 256, A::SMEM, stream, p,
-                                                                                       omap);
+    return with_terms<EXTRAS>(p, [&](auto terms_c) -> cudaError_t {
+      constexpr int TERMS = decltype(terms_c)::value;
+      const cudaError_t e = launch_split<T, D, HEADS, EXTRAS, TERMS>(p, tokens, stream);
+      if (e != cudaErrorNotSupported) return e;
+      using A = AttnSm90<T, D, HEADS>;
+      if constexpr (A::SERVED) {
+        if (p.arch == 90) {
+          const int64_t blocks = p.num_seq * ((p.len + A::BM - 1) / A::BM);
+          if constexpr (A::OUT_TMA) {
+            CUtensorMap omap;
+            if (encode_weight_map<T>(&omap, p.w_out, D, D, A::OUT_KW, A::WGN * A::OUT_BNW) == cudaSuccess)
+              return launch_with_smem<attn_sm90_otma_kernel<T, D, HEADS, EXTRAS, TERMS>, 1, true>(blocks, 256, A::SMEM,
+                                                                                                stream, p, omap);
+          }
+          return launch_with_smem<attn_sm90_kernel<T, D, HEADS, EXTRAS, TERMS>, 1, true>(blocks, 256, A::SMEM, stream, p);
         }
-        return launch_with_smem<attn_sm90_kernel<T, D, HEADS, EXTRAS>, 1, true>(blocks, 256, A::SMEM, stream, p);
       }
-    }
-    return cudaErrorNotSupported;
+      return cudaErrorNotSupported;
+    });
   }
+  // Whether a pass's two-kernel path on sm_90a runs one of the Hopper attention kernels (SpecInfo).
+  static constexpr bool kHopperAttention =
+      !std::is_same<T, float>::value &&
+      (AttnSm90<T, D, HEADS>::SERVED || (D >= kSplitMinDim && AttnSm90<T, D, HEADS, 128>::SERVED &&
+                                         AttnSm90<T, D, HEADS, 64>::SERVED && OutGemmSm90<T, D>::SERVED));
 
   // K2 of the two-kernel pass: attention + output projection, from the scratch.
   template <class Tr, bool EXTRAS>
@@ -233,6 +254,16 @@ struct Spec {
                                                            Tr::fused_bytes(rows, p.gated != 0), stream, p);
     }
     const int64_t tokens = p.num_seq * p.len;
+    if constexpr (EXTRAS && kHopperAttention) {
+      if (p.arch == 90 && (p.key_bits || p.bias_frag)) {  // the Hopper attention kernel's terms
+        const int64_t n = (p.key_bits ? p.num_seq * (p.kp / 16) : 0) +
+                          (p.bias_frag ? (p.bias_stride_b == 0 ? 1 : p.num_seq / p.seq_inner) * HEADS * p.len * p.kp : 0);
+        const int64_t blocks = (n + 255) / 256;
+        const cudaError_t e = launch_with_smem<terms_prep_kernel<T>>(blocks < 4096 ? blocks : 4096, 256, 0, stream, p,
+                                                                      HEADS);
+        if (e != cudaSuccess) return e;
+      }
+    }
     const cudaError_t e = launch_k1<Tr, EXTRAS>(p, tokens, stream);
     return e != cudaSuccess ? e : launch_k2<Tr, EXTRAS>(p, tokens, stream);
   }
@@ -269,7 +300,8 @@ struct Spec {
   }
   static const SpecInfo* info() {
     static const SpecInfo i{std::is_same<T, float>::value ? kFloat32 : std::is_same<T, __half>::value ? kFloat16 : kBFloat16,
-                            D, HEADS, &fused_smem, &two_kernel_smem, &block_rows, &launch, &probe};
+                            D, HEADS, &fused_smem, &two_kernel_smem, &block_rows, &launch, &probe,
+                            kHopperAttention ? 1 : 0};
     return &i;
   }
 };

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
 namespace axial_fused {
@@ -61,6 +62,16 @@ struct PassParams {
   const void* bias;
   int bias_f32;
   int64_t bias_stride_b, bias_stride_h, bias_stride_q;
+  // The same terms prepared for the Hopper attention kernel by terms_prep_kernel (null: not prepared;
+  // the other kernels read mask and bias above), in rows of kp = L rounded up to 64 keys, each 64 keys
+  // in fragment order (frag_pos): key_bits [S, kp / 16], bit i of word w of a sequence set where key
+  // frag_key(16 w + i) is absent (zero past L); bias_frag [1 or B, heads, L, kp], the bias times
+  // sqrt(head_dim) (in units of the raw product q.k, which the kernel's score accumulators start
+  // from) in float16, saturated at +-65504 (zero past L), batch stride bias_frag_stride_b (0: one).
+  const uint16_t* key_bits;
+  const __half* bias_frag;
+  int64_t bias_frag_stride_b;
+  int kp;
 
   int arch;       // the device's compute capability, major * 10 + minor (90 selects the Hopper kernels)
   int path;       // PassPath
@@ -73,6 +84,22 @@ struct PassParams {
 // (every logit equal); far below any real logit, and absorbed by float32 addition (ulp(1e30) ~ 8e22),
 // so `logit + kMaskedLogit` is kMaskedLogit exactly: replacing and adding are the same.
 constexpr float kMaskedLogit = -1e30f;
+// The same in the raw units of q.k that the Hopper attention kernel's prepared terms use: a power of
+// two, so that its product with scale_log2 is exact and a query whose keys are all absent gets logits
+// that are exactly equal (the softmax's fma(s, scale, -max) is then exactly 0, not a rounding residue).
+constexpr float kMaskedRaw = -0x1p100f;
+
+// The prepared terms a Hopper attention kernel reads (its TERMS template argument).
+constexpr int kTermBias = 1, kTermMask = 2;
+// Where key l's prepared term lies in its row: in each chunk of 64 keys, thread t = (l / 2) % 4 of a
+// quad holds keys 8 jb + 2 t + c (jb < 8, c < 2) of a score fragment; they are stored contiguously,
+// in the order (t, jb, c), so a thread reads its 16 with four 16-byte loads.
+__host__ __device__ constexpr int frag_pos(int l) {
+  return (l & ~63) | (((l >> 1) & 3) << 4) | (((l >> 3) & 7) << 1) | (l & 1);
+}
+__host__ __device__ constexpr int frag_key(int pos) {  // the inverse of frag_pos
+  return (pos & ~63) | (((pos >> 1) & 7) << 3) | (((pos >> 4) & 3) << 1) | (pos & 1);
+}
 
 // Whether a pass uses any of the optional features: every kernel has a plain variant (the pass
 // without them, compiled as if they did not exist) and an EXTRAS variant that reads them.
@@ -94,6 +121,9 @@ struct SpecInfo {
   cudaError_t (*launch)(const PassParams& p, cudaStream_t stream);
   // cudaSuccess when the current device can run this binary's kernels (e.g. not: no image for its arch).
   cudaError_t (*probe)();
+  // Whether its two-kernel path runs a Hopper attention kernel on sm_90a (which reads the prepared
+  // terms: the binding then allocates them and sets PassParams::key_bits / bias_frag).
+  int hopper_attention;
 };
 
 }  // namespace axial_fused

@@ -218,32 +218,45 @@ FEATURE_SETS = {  # name: (mask, bias, gate, qkv_bias, residual)
 }
 
 
+class FeatureInputs:
+    """The inputs of the feature benchmark at one shape (random, seed 1, on the GPU): the mask has a
+    padded tail (the last eighth of each row and column absent) and random holes; the bias of each
+    pass is [1, heads, L, L] in x's dtype. call(fname, axis) -> (x, PassWeights, axial_pass keywords)."""
+
+    def __init__(self, B, H, W, D, heads, dtype, device="cuda"):
+        import axial_fused as af
+        self.af, self.heads = af, heads
+        g = torch.Generator().manual_seed(1)
+        r = lambda *s, scale=1.0: (torch.randn(*s, generator=g) * scale).to(device, dtype)
+        self.base = [1 + r(D, scale=0.2), r(D, scale=0.2), r(3 * D, D, scale=D ** -0.5), r(D, D, scale=D ** -0.5), r(D)]
+        self.gate_w, self.gate_b, self.qkv_b = r(D, D, scale=D ** -0.5), 1 + r(D, scale=0.3), r(3 * D, scale=0.3)
+        self.x = r(B, H, W, D)
+        mask = torch.rand(B, H, W, generator=g) > 0.1
+        mask[:, H - H // 8:, :] = False
+        mask[:, :, W - W // 8:] = False
+        self.mask = mask.to(device)
+        self.bias = {"row": r(1, heads, W, W, scale=2.0), "col": r(1, heads, H, H, scale=2.0)}
+
+    def call(self, fname, axis):
+        m_on, b_on, g_on, q_on, res = FEATURE_SETS[fname]
+        pw = self.af.PassWeights(*self.base, qkv_bias=self.qkv_b if q_on else None,
+                                 gate_weight=self.gate_w if g_on else None, gate_bias=self.gate_b if g_on else None)
+        kw = dict(num_heads=self.heads, axis=axis, mask=self.mask if m_on else None,
+                  bias=self.bias[axis] if b_on else None, residual=res)
+        return self.x, pw, kw
+
+
 def feature_costs(name, B, H, W, D, heads, dtype_name, log=print) -> list[dict]:
     """Each pass of a shape with each feature alone and together (FEATURE_SETS), as CUDA-graph replays
-    of one fused pass: the time and its ratio to the plain pass. The mask has a padded tail (the last
-    eighth of each row and column absent) and random holes; the bias is [1, heads, L, L] in x's dtype;
-    each output (the eager call's, then the replay's) is checked against the reference at float32."""
+    of one fused pass (inputs: FeatureInputs): the time and its ratio to the plain pass. Each output
+    (the eager call's, then the replay's) is checked against the reference at float32."""
     import axial_fused as af
-    dtype = DTYPES[dtype_name]
-    g = torch.Generator().manual_seed(1)
-    r = lambda *s, scale=1.0: (torch.randn(*s, generator=g) * scale).to("cuda", dtype)
-    base = [1 + r(D, scale=0.2), r(D, scale=0.2), r(3 * D, D, scale=D ** -0.5), r(D, D, scale=D ** -0.5), r(D)]
-    gate_w, gate_b, qkv_b = r(D, D, scale=D ** -0.5), 1 + r(D, scale=0.3), r(3 * D, scale=0.3)
-    x = r(B, H, W, D)
-    mask = torch.rand(B, H, W, generator=g) > 0.1
-    mask[:, H - H // 8:, :] = False
-    mask[:, :, W - W // 8:] = False
-    mask = mask.cuda()
     rows = []
+    inputs = FeatureInputs(B, H, W, D, heads, DTYPES[dtype_name])
     for axis in ("row", "col"):
-        L = W if axis == "row" else H
-        bias = r(1, heads, L, L, scale=2.0)
         plain_us = None
-        for fname, (m_on, b_on, g_on, q_on, res) in FEATURE_SETS.items():
-            pw = af.PassWeights(*base, qkv_bias=qkv_b if q_on else None, gate_weight=gate_w if g_on else None,
-                                gate_bias=gate_b if g_on else None)
-            kw = dict(num_heads=heads, axis=axis, mask=mask if m_on else None, bias=bias if b_on else None,
-                      residual=res)
+        for fname in FEATURE_SETS:
+            x, pw, kw = inputs.call(fname, axis)
             with torch.inference_mode():
                 call = lambda: af.axial_pass(x, pw, strict=True, **kw)
                 ref = af.reference.reference_pass(x.float(), *(None if t is None else t.float() for t in pw), **kw)

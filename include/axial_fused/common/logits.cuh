@@ -145,6 +145,42 @@ struct FragmentTerms {
   }
 };
 
+// Writes PassParams::key_bits and bias_frag (where set) from the mask and the bias, read through
+// their strides: one thread a word of key_bits or an element of bias_frag, in the order they are
+// stored. Launched before K1 where a Hopper attention kernel follows.
+template <class T>
+__global__ void terms_prep_kernel(const __grid_constant__ PassParams p, int heads) {
+  const int L = p.len, kp = p.kp;
+  const int64_t nk = p.key_bits ? p.num_seq * (kp / 16) : 0;
+  const int64_t batches = p.bias_stride_b == 0 ? 1 : p.num_seq / p.seq_inner;
+  const int64_t nb = p.bias_frag ? batches * heads * L * kp : 0;
+  const float root_hd = 1.4426950408889634f / p.scale_log2;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < nk + nb; i += int64_t(gridDim.x) * blockDim.x) {
+    if (i < nk) {
+      const int64_t s = i / (kp / 16), outer = s / p.seq_inner;
+      const unsigned char* m = p.mask + outer * p.m_stride_outer + (s - outer * p.seq_inner) * p.m_stride_inner;
+      const int pos0 = int(i - s * (kp / 16)) * 16;
+      uint32_t bits = 0;
+      for (int b = 0; b < 16; ++b) {
+        const int l = frag_key(pos0 + b);
+        if (l < L && m[l * p.m_stride_tok] == 0) bits |= 1u << b;
+      }
+      const_cast<uint16_t*>(p.key_bits)[i] = uint16_t(bits);
+    } else {
+      const int64_t j = i - nk, row = j / kp;  // row (b * heads + h) * L + q
+      const int l = frag_key(int(j - row * kp));
+      float v = 0.f;
+      if (l < L) {
+        const int64_t q = row % L, bh = row / L, h = bh % heads, b = bh / heads;
+        const int64_t off = b * p.bias_stride_b + h * p.bias_stride_h + q * p.bias_stride_q + l;
+        v = (p.bias_f32 ? static_cast<const float*>(p.bias)[off] : Pack2<T>::to_float(static_cast<const T*>(p.bias)[off])) *
+            root_hd;
+      }
+      const_cast<__half*>(p.bias_frag)[j] = __float2half_rn(fminf(fmaxf(v, -65504.f), 65504.f));
+    }
+  }
+}
+
 // The gate's factor sigmoid(g) for its pre-activation g (the QKV product's fourth block, its bias
 // included).
 __device__ __forceinline__ float gate_of(float g) { return 1.f / (1.f + __expf(-g)); }

@@ -143,15 +143,20 @@ __device__ __forceinline__ void cp_async_wait_upto(int n) {
 // The kernel's body; OTMA (AttnSm90::OUT_TMA): the output projection's weight by tensor-map copies
 // from `omap` (W_out with boxes of OUT_KW x WGN * OUT_BNW).
 // SPLIT: the attention alone (AttnSm90's SPLIT).
-// EXTRAS: the features (has_extras): the mask's and bias's terms of each unit's scores, loaded before
-// its S product, the gate's factor on the head's output (the scratch's rows are p.nq long), the
-// optional residual.
-template <class T, int D, int HEADS, bool OTMA = false, int SPLIT = 0, bool EXTRAS = false>
+// EXTRAS: the features (has_extras): the gate's factor on each head's output (the scratch's rows
+// are p.nq long), the optional residual; TERMS (kTermBias | kTermMask, EXTRAS only): the logits'
+// terms, prepared by terms_prep_kernel (p.bias_frag, p.key_bits), which initialise each unit's
+// score accumulators right before its S product, which accumulates onto them: the softmax runs
+// unchanged. (Requested earlier, while a product is in flight, registers the product reads would be
+// written meanwhile, and ptxas serializes every wgmma of the kernel.)
+template <class T, int D, int HEADS, bool OTMA = false, int SPLIT = 0, bool EXTRAS = false, int TERMS = 0>
 __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* omap = nullptr) {
 #if AXIAL_FUSED_SM90  // (sm_90a device code only, as the kernels' bodies: the host pass never sees it)
   using C = AttnSm90<T, D, HEADS, SPLIT>;
   static_assert(C::SERVED, "attn_sm90_kernel instantiated for a configuration it does not serve");
   static_assert(!OTMA || C::OUT_TMA, "the tensor-map output projection needs its mbarriers");
+  static_assert(EXTRAS || TERMS == 0, "the terms are an EXTRAS variant's");
+  constexpr bool TB = (TERMS & kTermBias) != 0, TM = (TERMS & kTermMask) != 0;
   constexpr int BM = C::BM, MT = C::MT, BN = C::BN, HD = C::HD, RB = C::RB, SW = C::SW, CH = RB / 16;
 #ifdef AXIAL_FUSED_PHASE_CLOCK
   long long phase_[7] = {}, phase_last_ = clock64();
@@ -234,11 +239,67 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
     }
     cp_async_commit();  // possibly empty: one group per chunk
   };
+  if constexpr (EXTRAS && SPLIT == 0) {
+    // The gate's pre-activations of this warpgroup's heads into their places in the output tile, as
+    // the first copy group (so complete at the first tile's wait): each head's output is multiplied
+    // by their sigmoid as it is stored there, by the threads that store it.
+    if (p.gated) {
+      constexpr int PPR = HD / 8;  // 16-byte pieces of a head's row
+#pragma unroll
+      for (int i = 0; i < (HEADS + 1) / 2; ++i) {
+        const int h = 2 * i + wg;
+        if (h < HEADS) {
+#pragma unroll
+          for (int v = wtid; v < BM * PPR; v += 128) {
+            const int r = v / PPR, c = h * HD + (v % PPR) * 8;
+            const bool ok = q0 + r < L;
+            cp_async16_shared(smem_u32(O + sw128_index<BM>(r, c)), ok ? qkv + int64_t(q0 + r) * ld + 3 * D + c : qkv, ok);
+          }
+        }
+      }
+      cp_async_commit();
+    }
+  }
   for (int j = 0; j < la; ++j) load(j);
 
-  // EXTRAS: this sequence's mask and bias (the terms of its logits), and whether there are any.
-  const SeqTerms<T> seq = EXTRAS ? SeqTerms<T>(p, s) : SeqTerms<T>();
-  const bool terms = EXTRAS && (p.mask != nullptr || p.bias != nullptr);
+  // TERMS: the unit (head h, key tile kt, query half M)'s terms into the score accumulators acc: per
+  // row the bias (p.bias_frag: in 64-key chunks, thread t's 16 keys 8 jb + 2 t + c contiguous, as
+  // (jb, c): four 8-byte loads), and kMaskedRaw for the absent keys (p.key_bits: one bit each, in
+  // the same order).
+  [[maybe_unused]] const uint16_t* kbits = TM ? p.key_bits + s * (p.kp / 16) : nullptr;
+  [[maybe_unused]] const __half* bfrag = TB ? p.bias_frag + (s / p.seq_inner) * p.bias_frag_stride_b : nullptr;
+  [[maybe_unused]] auto load_terms = [&](float (&acc)[BN / 2], int h, int kt, int M) {
+    const int ra = q0 + M * 64 + warp * 16 + g;
+    const int rows[2] = {ra < L ? ra : L - 1, ra + 8 < L ? ra + 8 : L - 1};
+#pragma unroll
+    for (int ch = 0; ch < BN / 64; ++ch) {
+      const int k0 = kt * BN + ch * 64 + t * 16;
+      const uint32_t absent = TM ? __ldg(kbits + k0 / 16) : 0u;
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+          if constexpr (TB) {
+            const uint2 u = __ldg(reinterpret_cast<const uint2*>(bfrag + (int64_t(h) * L + rows[i]) * p.kp + k0) + k);
+            const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&u.x));
+            const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&u.y));
+            v = make_float4(a.x, a.y, b.x, b.y);
+          }
+          if constexpr (TM) {
+            v.x = absent >> (4 * k) & 1u ? kMaskedRaw : v.x;
+            v.y = absent >> (4 * k + 1) & 1u ? kMaskedRaw : v.y;
+            v.z = absent >> (4 * k + 2) & 1u ? kMaskedRaw : v.z;
+            v.w = absent >> (4 * k + 3) & 1u ? kMaskedRaw : v.w;
+          }
+          const int jb = ch * 8 + 2 * k;
+          acc[4 * jb + 2 * i] = v.x, acc[4 * jb + 2 * i + 1] = v.y;
+          acc[4 * jb + 4 + 2 * i] = v.z, acc[4 * jb + 4 + 2 * i + 1] = v.w;
+        }
+      }
+    }
+  };
+  float sc[BN / 2];  // a unit's scores (with TERMS, from its terms on)
 
   AXIAL_PHASE(0);
   for (int i = 0; i < nh; ++i) {
@@ -285,11 +346,12 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
       constexpr bool FIRST = decltype(first_c)::value, MASK = decltype(mask_c)::value;
       constexpr int M = decltype(m_c)::value;
       constexpr int CUR = MT == 2 ? M : 0, PREV = MT == 2 ? 1 - M : 1;  // the last unit's P ends in p_buf[1]
-      float sc[BN / 2];
+      if constexpr (TERMS != 0) load_terms(sc, h, kt, M);
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < HD / 16; ++kk)
-        Wgmma<T, BN>::mma(sc, swz_desc<RB>(qb + M * 64 * RB + kk * 32), swz_desc<RB>(k_base + kk * 32), kk > 0);
+        Wgmma<T, BN>::mma(sc, swz_desc<RB>(qb + M * 64 * RB + kk * 32), swz_desc<RB>(k_base + kk * 32),
+                          TERMS != 0 || kk > 0);
       wgmma_commit();
       if constexpr (!FIRST) {  // the previous unit's O += P V, in flight during this unit's softmax
         pv_issue<T, HD, BN, RB>(o[(M + MT - 1) % MT], p_buf[PREV], v_prev);
@@ -302,23 +364,10 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
       }
       fence_regs(sc);
       AXIAL_PHASE(2);
-      float scale = p.scale_log2;
-      if constexpr (EXTRAS) {
-        if (terms) {  // the scores scaled and their terms added here: the softmax takes scale 1
-          // (loaded here, after S: loaded before it, the terms' registers would spill, at 128 a
-          // thread, and one block per SM to give them room is slower: docs/performance.md)
-          FragmentTerms<T, BN / 8> tm;
-          const int ra = q0 + M * 64 + warp * 16 + g, rb = ra + 8;
-          const LogitRow<T> rows[2] = {seq.row(p, h, ra < L ? ra : L - 1), seq.row(p, h, rb < L ? rb : L - 1)};
-          tm.load_keys(p, rows, kt * BN, L);
-          tm.apply(sc, scale);
-          scale = 1.f;
-        }
-      }
       if constexpr (MASK) {
         if (kt * BN + BN > L) mask_keys<BN>(sc, L - kt * BN);
       }
-      softmax_tile<T, BN>(sc, m_run[M], l_run[M], alpha, p_buf[CUR], scale);
+      softmax_tile<T, BN>(sc, m_run[M], l_run[M], alpha, p_buf[CUR], p.scale_log2);
       AXIAL_PHASE(3);
       if constexpr (!FIRST) {
         wgmma_wait<0>();
@@ -375,26 +424,25 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
         inv[hr] = 1.f / l;
       }
       const int r0 = 64 * m + warp * 16 + g;
-      // SPLIT with the gate: gf[e] = sigmoid(g) of output element e, g from the query's scratch row
-      // (the fused form applies the gate to the whole output tile after the last head, below).
-      float gf[HD / 2];
+      if constexpr (SPLIT != 0) {
+        // With the gate: gf[e] = sigmoid(g) of output element e, g from the query's scratch row.
+        float gf[HD / 2];
 #pragma unroll
-      for (int e = 0; e < HD / 2; ++e) gf[e] = 1.f;
-      if constexpr (EXTRAS && SPLIT != 0) {
-        if (p.gated) {
+        for (int e = 0; e < HD / 2; ++e) gf[e] = 1.f;
+        if constexpr (EXTRAS) {
+          if (p.gated) {
 #pragma unroll
-          for (int hr = 0; hr < 2; ++hr) {
-            const int q = q0 + r0 + 8 * hr < L ? q0 + r0 + 8 * hr : L - 1;
+            for (int hr = 0; hr < 2; ++hr) {
+              const int q = q0 + r0 + 8 * hr < L ? q0 + r0 + 8 * hr : L - 1;
 #pragma unroll
-            for (int jb = 0; jb < HD / 8; ++jb) {
-              const float2 gv = load2(qkv + int64_t(q) * ld + 3 * D + h * HD + 8 * jb + 2 * t);
-              gf[4 * jb + 2 * hr] = gate_of(gv.x);
-              gf[4 * jb + 2 * hr + 1] = gate_of(gv.y);
+              for (int jb = 0; jb < HD / 8; ++jb) {
+                const float2 gv = load2(qkv + int64_t(q) * ld + 3 * D + h * HD + 8 * jb + 2 * t);
+                gf[4 * jb + 2 * hr] = gate_of(gv.x);
+                gf[4 * jb + 2 * hr + 1] = gate_of(gv.y);
+              }
             }
           }
         }
-      }
-      if constexpr (SPLIT != 0) {
         float ov[HD / 2];  // (a copy: writing the accumulators themselves makes ptxas fence the wgmma)
 #pragma unroll
         for (int e = 0; e < HD / 2; ++e) ov[e] = o[m][e] * inv[(e >> 1) & 1] * gf[e];
@@ -407,9 +455,18 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
 #pragma unroll
         for (int jb = 0; jb < HD / 8; ++jb) {
           const int c = h * HD + 8 * jb + 2 * t;
-          store2(O + sw128_index<BM>(r0, c), o[m][4 * jb] * inv[0] * gf[4 * jb], o[m][4 * jb + 1] * inv[0] * gf[4 * jb + 1]);
-          store2(O + sw128_index<BM>(r0 + 8, c), o[m][4 * jb + 2] * inv[1] * gf[4 * jb + 2],
-                 o[m][4 * jb + 3] * inv[1] * gf[4 * jb + 3]);
+#pragma unroll
+          for (int hr = 0; hr < 2; ++hr) {
+            T* const at = O + sw128_index<BM>(r0 + 8 * hr, c);
+            float f0 = inv[hr], f1 = inv[hr];
+            if constexpr (EXTRAS) {
+              if (p.gated) {  // the gate's pre-activations, copied here at the start
+                const float2 gv = load2(at);
+                f0 *= gate_of(gv.x), f1 *= gate_of(gv.y);
+              }
+            }
+            store2(at, o[m][4 * jb + 2 * hr] * f0, o[m][4 * jb + 2 * hr + 1] * f1);
+          }
         }
       }
     }
@@ -418,30 +475,6 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
     // out = O @ W_out^T + bias + x, the weight streamed through the rings' space.
     AXIAL_PHASE(5);
     cp_async_wait<0>();
-    if constexpr (EXTRAS) {
-      if (p.gated) {  // O *= sigmoid(g), g the queries' gate columns of the scratch: 16-byte pieces, all
-        __syncthreads();  // issued together (one load latency for the tile, not one per head)
-        constexpr int PIECES = BM * D / 8;
-        static_assert(PIECES % 256 == 0, "whole passes of the block");
-        uint4 gv[PIECES / 256];
-#pragma unroll
-        for (int j = 0; j < PIECES / 256; ++j) {
-          const int v = tid + 256 * j, r = v / (D / 8), c = (v % (D / 8)) * 8;
-          gv[j] = q0 + r < L ? *reinterpret_cast<const uint4*>(qkv + int64_t(q0 + r) * ld + 3 * D + c) : uint4{};
-        }
-#pragma unroll
-        for (int j = 0; j < PIECES / 256; ++j) {
-          const int v = tid + 256 * j, r = v / (D / 8), c = (v % (D / 8)) * 8;
-          T* o8 = O + sw128_index<BM>(r, c);  // (8 consecutive columns stay together in SW128)
-          const T* g8 = reinterpret_cast<const T*>(&gv[j]);
-#pragma unroll
-          for (int e = 0; e < 8; e += 2) {
-            const float2 ov = load2(o8 + e), gg = make_float2(Pack2<T>::to_float(g8[e]), Pack2<T>::to_float(g8[e + 1]));
-            store2(o8 + e, ov.x * gate_of(gg.x), ov.y * gate_of(gg.y));
-          }
-        }
-      }
-    }
     fence_proxy_async();
     __syncthreads();
     AXIAL_PHASE(6);
@@ -466,11 +499,11 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
 #endif  // AXIAL_FUSED_SM90
 }
 
-template <class T, int D, int HEADS, bool EXTRAS = false>
+template <class T, int D, int HEADS, bool EXTRAS = false, int TERMS = 0>
 __global__ void __launch_bounds__(256, AttnSm90<T, D, HEADS>::MINB) attn_sm90_kernel(const __grid_constant__ PassParams p) {
 #if AXIAL_FUSED_SM90
   pdl_entry();
-  attn_sm90_body<T, D, HEADS, false, 0, EXTRAS>(p);
+  attn_sm90_body<T, D, HEADS, false, 0, EXTRAS, TERMS>(p);
 #else
   __trap();
 #endif
@@ -478,23 +511,23 @@ __global__ void __launch_bounds__(256, AttnSm90<T, D, HEADS>::MINB) attn_sm90_ke
 
 // The attention alone (AttnSm90's SPLIT, BM queries a block); out_gemm_sm90_kernel runs the output
 // projection after it.
-template <class T, int D, int HEADS, int BM, bool EXTRAS = false>
+template <class T, int D, int HEADS, int BM, bool EXTRAS = false, int TERMS = 0>
 __global__ void __launch_bounds__(256, 1) attn_sm90_split_kernel(const __grid_constant__ PassParams p) {
 #if AXIAL_FUSED_SM90
   pdl_entry();
-  attn_sm90_body<T, D, HEADS, false, BM, EXTRAS>(p);
+  attn_sm90_body<T, D, HEADS, false, BM, EXTRAS, TERMS>(p);
 #else
   __trap();
 #endif
 }
 
 // The output projection's weight by tensor-map copies (AttnSm90::OUT_TMA); `omap` as attn_sm90_body says.
-template <class T, int D, int HEADS, bool EXTRAS = false>
+template <class T, int D, int HEADS, bool EXTRAS = false, int TERMS = 0>
 __global__ void __launch_bounds__(256, AttnSm90<T, D, HEADS>::MINB)
     attn_sm90_otma_kernel(const __grid_constant__ PassParams p, const __grid_constant__ CUtensorMap omap) {
 #if AXIAL_FUSED_SM90
   pdl_entry();
-  attn_sm90_body<T, D, HEADS, true, 0, EXTRAS>(p, &omap);
+  attn_sm90_body<T, D, HEADS, true, 0, EXTRAS, TERMS>(p, &omap);
 #else
   __trap();
 #endif
