@@ -224,14 +224,15 @@ def test_op_checks_under_fake_tensors():
 
 def test_every_row_has_a_test():
     """Each test docs/errors.md names exists in the file its prefix names."""
-    files = {"E": "test_errors.py", "C": "test_api.py", "G": "test_kernel_edge_cases.py", "F": "test_features.py"}
+    files = {"E": "test_errors.py", "C": "test_api.py", "G": "test_kernel_edge_cases.py", "F": "test_features.py",
+             "P": "test_protein.py"}
     with open(os.path.join(ROOT, "docs", "errors.md")) as f:
         doc = f.read()
     rows = [line for line in doc.splitlines() if re.match(r"\| \d+ \|", line)]
     assert len(rows) >= 30
-    named = re.findall(r"\b([ECGF]):(test_\w+)", doc)
+    named = re.findall(r"\b([ECGFP]):(test_\w+)", doc)
     for row in rows:
-        assert re.search(r"\b[ECGF]:test_\w+", row), f"row without a test: {row[:60]}"
+        assert re.search(r"\b[ECGFP]:test_\w+", row), f"row without a test: {row[:60]}"
     for prefix, test in set(named):
         with open(os.path.join(ROOT, "tests", files[prefix])) as f:
             assert re.search(rf"^def {test}\(", f.read(), re.M), f"{files[prefix]} has no {test}"

@@ -5,7 +5,7 @@
 
 See README.md and docs/design.md.
 """
-from . import reference
+from . import protein, reference
 from ._version import __version__
 from .functional import (AxialWeights, Config, FusedFallbackWarning, FusedUnavailableError, PassWeights,
                          axial_attention, axial_pass, fallback_reason, supported_configs)
@@ -13,4 +13,4 @@ from .module import AxialAttention
 
 __all__ = ["__version__", "AxialAttention", "AxialWeights", "PassWeights", "axial_attention", "axial_pass",
            "fallback_reason", "supported_configs", "Config", "FusedUnavailableError", "FusedFallbackWarning",
-           "reference"]
+           "reference", "protein"]

@@ -1,0 +1,287 @@
+"""Drop-in modules for the attention of protein models, on the fused kernels.
+
+``MSARowAttentionWithPairBias``, ``MSAColumnAttention`` and ``TriangleAttention`` (with
+``TriangleAttentionStartingNode`` / ``TriangleAttentionEndingNode``) take OpenFold's constructor
+arguments, parameter names (an OpenFold state_dict loads strictly), forward signatures and return
+values (the update, which the model adds itself); ``patch_esm(model)`` runs the column attention of a
+fair-esm ``MSATransformer`` on the fused kernels with the model's own weights.
+
+Each forward is one fused pass (``axial_pass`` with ``residual=False``): LayerNorm, the q/k/v and gate
+projections, attention with the key mask and the pass's bias, the gate and the output projection.
+The bias is computed in PyTorch as OpenFold does (``linear_z(layer_norm_z(z))``, the triangle bias
+``linear(layer_norm(x))``) and read by the kernels through its strides; the column passes (MSA column
+attention, the ending node) read the grid through strides, never transposed. Where a call cannot be
+fused (``c_hidden * no_heads != c_in``, a dtype, shape or device without kernels, gradients
+required) the same result is computed with PyTorch ops after a one-time warning.
+
+Semantics: OpenFold's at inference (LayerNorm eps 1e-5, logits scaled by ``1/sqrt(c_hidden)``, the
+gate ``sigmoid(linear_g(LN(x)))`` applied before ``linear_o``), except for the key mask: OpenFold adds
+``inf * (mask - 1)`` to the logits, these modules replace an absent key's logit (docs/usage.md). The
+two agree wherever a query has at least one key present; a query with none (a fully padded row)
+attends uniformly here, and in OpenFold by its logits less 1e9. ``inf`` is kept for compatibility.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+from .functional import PassWeights, _warn_once, axial_pass
+from .reference import MASKED_LOGIT
+
+__all__ = ["MSAAttention", "MSARowAttentionWithPairBias", "MSAColumnAttention", "TriangleAttention",
+           "TriangleAttentionStartingNode", "TriangleAttentionEndingNode", "patch_esm"]
+
+_EPS = 1e-5  # OpenFold's LayerNorm
+
+
+class Attention(nn.Module):
+    """The parameters of OpenFold's gated ``Attention`` (``mha``): ``linear_q``, ``linear_k``,
+    ``linear_v`` without bias, ``linear_g`` and ``linear_o`` with bias; ``c_hidden`` per head."""
+
+    def __init__(self, c_in: int, c_hidden: int, no_heads: int):
+        super().__init__()
+        self.c_hidden, self.no_heads = c_hidden, no_heads
+        hidden = c_hidden * no_heads
+        self.linear_q = nn.Linear(c_in, hidden, bias=False)
+        self.linear_k = nn.Linear(c_in, hidden, bias=False)
+        self.linear_v = nn.Linear(c_in, hidden, bias=False)
+        self.linear_o = nn.Linear(hidden, c_in)
+        self.linear_g = nn.Linear(c_in, hidden)
+        self._qkv = (None, None)  # (key, W_qkv): the stacked projection, rebuilt when a weight changes
+
+    def stacked_qkv(self) -> torch.Tensor:
+        """[W_q; W_k; W_v] ([3 * hidden, c_in]), kept between calls while the three are unchanged."""
+        ws = (self.linear_q.weight, self.linear_k.weight, self.linear_v.weight)
+        if torch.compiler.is_compiling() or (torch.is_grad_enabled() and any(w.requires_grad for w in ws)):
+            return torch.cat(ws)
+        key = tuple((w.data_ptr(), w._version, w.dtype, w.device) for w in ws)
+        if self._qkv[0] != key:
+            self._qkv = (key, torch.cat(ws))
+        return self._qkv[1]
+
+
+def _check_input(name: str, t, last: int, what: str) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor {what}, got {type(t).__name__}")
+    if t.dim() < 3 or t.shape[-1] != last:
+        raise ValueError(f"{name} has shape {tuple(t.shape)}, expected {what} with the last dimension {last}")
+
+
+def _check_mask(mask, x: torch.Tensor, what: str) -> None:
+    if mask is None:
+        return
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"mask must be a torch.Tensor {what} or None, got {type(mask).__name__}")
+    if tuple(mask.shape) != tuple(x.shape[:-1]):
+        raise ValueError(f"mask has shape {tuple(mask.shape)}, expected {what} = {tuple(x.shape[:-1])} "
+                         f"(the input's shape without its channels)")
+
+
+def _torch_pass(x, norm: nn.LayerNorm, mha: Attention, axis: str, mask, bias) -> torch.Tensor:
+    """The update of one pass in PyTorch ops for any c_hidden (x [B, H, W, C]; mask [B, H, W];
+    bias [B or 1, heads, L, L]), with the fused path's semantics (absent keys' logits replaced)."""
+    if axis == "col":
+        x = x.transpose(1, 2)
+        mask = None if mask is None else mask.transpose(1, 2)
+    B, S, L, _ = x.shape
+    heads, c = mha.no_heads, mha.c_hidden
+    h = norm(x)
+    split = lambda t: t.reshape(B, S, L, heads, c).transpose(2, 3)  # [B, S, heads, L, c]
+    q, k, v = split(mha.linear_q(h)), split(mha.linear_k(h)), split(mha.linear_v(h))
+    logits = q @ k.transpose(-1, -2) / math.sqrt(c)
+    if bias is not None:
+        logits = logits + bias.unsqueeze(1).to(logits.dtype)
+    if mask is not None:
+        lowest = -65504.0 if logits.dtype == torch.float16 else MASKED_LOGIT
+        logits = logits.masked_fill((mask == 0)[:, :, None, None, :], lowest)
+    o = (torch.softmax(logits, dim=-1) @ v).transpose(2, 3).reshape(B, S, L, heads * c)
+    out = mha.linear_o(o * torch.sigmoid(mha.linear_g(h)))
+    return out.transpose(1, 2) if axis == "col" else out
+
+
+def _update(x: torch.Tensor, norm: nn.LayerNorm, mha: Attention, axis: str, mask, bias) -> torch.Tensor:
+    """One pass's update over x [*, H, W, C] (mask [*, H, W], bias [*, heads, L, L] or None), fused
+    where it can be."""
+    lead, grid = x.shape[:-3], x.shape[-3:]
+    x4 = x.reshape(-1, *grid)
+    m4 = None if mask is None else mask.reshape(-1, *grid[:2])
+    b4 = None if bias is None else bias.reshape(-1, *bias.shape[-3:])
+    if b4 is not None and b4.dtype not in (torch.float32, x.dtype):  # (the kernels take these two)
+        b4 = b4.to(x.dtype)
+    heads = mha.no_heads
+    if mha.c_hidden * heads != grid[-1]:
+        _warn_once(f"c_hidden * no_heads = {mha.c_hidden} * {heads} differs from the channels "
+                   f"({grid[-1]}); the fused kernels need them equal")
+        out = _torch_pass(x4, norm, mha, axis, m4, b4)
+    else:
+        pw = PassWeights(norm.weight, norm.bias, mha.stacked_qkv(), mha.linear_o.weight, mha.linear_o.bias,
+                         gate_weight=mha.linear_g.weight, gate_bias=mha.linear_g.bias)
+        out = axial_pass(x4, pw, num_heads=heads, axis=axis, eps=norm.eps, mask=m4, bias=b4, residual=False)
+    return out.reshape(*lead, *grid)
+
+
+class MSAAttention(nn.Module):
+    """OpenFold's ``MSAAttention``: row-wise gated self-attention over an MSA, with the pair bias
+    when ``pair_bias`` (AF2 supplementary Algorithm 7). forward(m [*, N_seq, N_res, c_in], z
+    [*, N_res, N_res, c_z] or None, mask [*, N_seq, N_res] or None) -> the update, m's shape."""
+
+    def __init__(self, c_in: int, c_hidden: int, no_heads: int, pair_bias: bool = False, c_z: int | None = None,
+                 inf: float = 1e9):
+        super().__init__()
+        self.c_in, self.c_hidden, self.no_heads, self.pair_bias, self.c_z, self.inf = (
+            c_in, c_hidden, no_heads, pair_bias, c_z, inf)
+        self.layer_norm_m = nn.LayerNorm(c_in, eps=_EPS)
+        self.layer_norm_z = nn.LayerNorm(c_z, eps=_EPS) if pair_bias else None
+        self.linear_z = nn.Linear(c_z, no_heads, bias=False) if pair_bias else None
+        self.mha = Attention(c_in, c_hidden, no_heads)
+
+    def forward(self, m: torch.Tensor, z: torch.Tensor | None = None, mask: torch.Tensor | None = None,
+                chunk_size=None, use_memory_efficient_kernel=False, use_deepspeed_evo_attention=False,
+                use_lma=False, use_flash=False, inplace_safe=False, _chunk_logits=None,
+                _checkpoint_chunks=None) -> torch.Tensor:
+        # (chunking, the kernel choices and in-place flags are OpenFold's; the fused pass needs none)
+        _check_input("m", m, self.c_in, "[*, N_seq, N_res, c_m]")
+        _check_mask(mask, m, "[*, N_seq, N_res]")
+        bias = None
+        if self.pair_bias and z is not None:
+            _check_input("z", z, self.c_z, "[*, N_res, N_res, c_z]")
+            n_res = m.shape[-2]
+            if tuple(z.shape[-3:-1]) != (n_res, n_res) or z.shape[:-3] != m.shape[:-3]:
+                raise ValueError(f"z has shape {tuple(z.shape)}, expected [*, N_res, N_res, c_z] = "
+                                 f"{(*m.shape[:-3], n_res, n_res, self.c_z)} for m of shape {tuple(m.shape)}")
+            bias = self.linear_z(self.layer_norm_z(z)).movedim(-1, -3)  # [*, heads, N_res, N_res]
+        return _update(m, self.layer_norm_m, self.mha, "row", mask, bias)
+
+
+class MSARowAttentionWithPairBias(MSAAttention):
+    """OpenFold's ``MSARowAttentionWithPairBias`` (AF2 supplementary Algorithm 7)."""
+
+    def __init__(self, c_m: int, c_z: int, c_hidden: int, no_heads: int, inf: float = 1e9):
+        super().__init__(c_m, c_hidden, no_heads, pair_bias=True, c_z=c_z, inf=inf)
+
+
+class MSAColumnAttention(nn.Module):
+    """OpenFold's ``MSAColumnAttention`` (AF2 supplementary Algorithm 8): gated self-attention along
+    the MSA's columns, its parameters under ``_msa_att``. forward(m [*, N_seq, N_res, c_m], mask
+    [*, N_seq, N_res] or None) -> the update; the column pass reads m through its strides."""
+
+    def __init__(self, c_m: int, c_hidden: int, no_heads: int, inf: float = 1e9):
+        super().__init__()
+        self.c_m, self.c_hidden, self.no_heads, self.inf = c_m, c_hidden, no_heads, inf
+        self._msa_att = MSAAttention(c_m, c_hidden, no_heads, pair_bias=False, inf=inf)
+
+    def forward(self, m: torch.Tensor, mask: torch.Tensor | None = None, chunk_size=None,
+                use_deepspeed_evo_attention=False, use_lma=False, use_flash=False) -> torch.Tensor:
+        _check_input("m", m, self.c_m, "[*, N_seq, N_res, c_m]")
+        _check_mask(mask, m, "[*, N_seq, N_res]")
+        return _update(m, self._msa_att.layer_norm_m, self._msa_att.mha, "col", mask, None)
+
+
+class TriangleAttention(nn.Module):
+    """OpenFold's ``TriangleAttention`` (AF2 supplementary Algorithms 13 and 14): gated self-attention
+    around the starting node (along the rows of the pair representation) or the ending node (along
+    its columns, read through strides), with the triangle bias ``linear(layer_norm(x))``.
+    forward(x [*, I, J, c_in], mask [*, I, J] or None) -> the update, x's shape."""
+
+    def __init__(self, c_in: int, c_hidden: int, no_heads: int, starting: bool = True, inf: float = 1e9):
+        super().__init__()
+        self.c_in, self.c_hidden, self.no_heads, self.starting, self.inf = c_in, c_hidden, no_heads, starting, inf
+        self.layer_norm = nn.LayerNorm(c_in, eps=_EPS)
+        self.linear = nn.Linear(c_in, no_heads, bias=False)
+        self.mha = Attention(c_in, c_hidden, no_heads)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, chunk_size=None,
+                use_memory_efficient_kernel=False, use_deepspeed_evo_attention=False, use_lma=False,
+                inplace_safe=False) -> torch.Tensor:
+        _check_input("x", x, self.c_in, "[*, I, J, c_in]")
+        _check_mask(mask, x, "[*, I, J]")
+        if x.shape[-3] != x.shape[-2]:
+            raise ValueError(f"x has shape {tuple(x.shape)}: the triangle bias needs a square pair "
+                             f"representation [*, N_res, N_res, c_in]")
+        t = self.linear(self.layer_norm(x))  # [*, I, J, heads]
+        # starting node: bias[h, q, k] = t[q, k, h]; ending node (the transposed frame): t[k, q, h]
+        bias = t.movedim(-1, -3) if self.starting else t.movedim(-1, -3).transpose(-1, -2)
+        return _update(x, self.layer_norm, self.mha, "row" if self.starting else "col", mask, bias)
+
+
+TriangleAttentionStartingNode = TriangleAttention
+
+
+class TriangleAttentionEndingNode(TriangleAttention):
+    """OpenFold's ``TriangleAttentionEndingNode`` (AF2 supplementary Algorithm 14)."""
+
+    def __init__(self, c_in: int, c_hidden: int, no_heads: int, inf: float = 1e9):
+        super().__init__(c_in, c_hidden, no_heads, starting=False, inf=inf)
+
+
+# ---- fair-esm -----------------------------------------------------------------------------------
+
+class _NoHeadWeights:
+    """What a patched column block returns in place of its attention weights: using it says why."""
+
+    def __getattr__(self, name):
+        raise RuntimeError("axial_fused.patch_esm: the fused column attention does not compute its attention "
+                           "weights; call the model with need_head_weights=False and return_contacts=False, or "
+                           "use an unpatched model for them")
+
+
+_NO_HEAD_WEIGHTS = _NoHeadWeights()
+
+
+_FUSED_BLOCKS: dict[type, type] = {}
+
+
+def _fused_column_block(base: type) -> type:
+    """A subclass of fair-esm's NormalizedResidualBlock whose forward is one fused column pass (the
+    block's LayerNorm, its ColumnSelfAttention's q/k/v/out projections with their biases, the
+    residual): the same parameters, so the model's state_dict keys stay as they are."""
+    if base in _FUSED_BLOCKS:
+        return _FUSED_BLOCKS[base]
+
+    class FusedColumnBlock(base):
+        def forward(self, x, self_attn_mask=None, self_attn_padding_mask=None):
+            attn = self.layer
+            if self_attn_mask is not None or (self.training and (self.dropout_module.p > 0 or attn.dropout > 0)):
+                return super().forward(x, self_attn_mask=self_attn_mask, self_attn_padding_mask=self_attn_padding_mask)
+            # ESM's layout is [rows R, columns C, batch, D]; as [batch, R, C, D] (a view) the column
+            # attention is the column pass: the sequences are the columns, the tokens the rows.
+            grid = x.permute(2, 0, 1, 3)
+            mask = None if self_attn_padding_mask is None else ~self_attn_padding_mask
+            qkv_w = torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight])
+            qkv_b = torch.cat([attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias])
+            ln = self.layer_norm
+            pw = PassWeights(ln.weight, ln.bias, qkv_w, attn.out_proj.weight, attn.out_proj.bias, qkv_bias=qkv_b)
+            out = axial_pass(grid, pw, num_heads=attn.num_heads, axis="col", eps=ln.eps, mask=mask)
+            return out.permute(1, 2, 0, 3), _NO_HEAD_WEIGHTS
+
+    FusedColumnBlock.__name__ = f"Fused{base.__name__}"
+    _FUSED_BLOCKS[base] = FusedColumnBlock
+    return FusedColumnBlock
+
+
+def patch_esm(model: nn.Module) -> nn.Module:
+    """Run the column self-attention blocks of a fair-esm ``MSATransformer`` (``ColumnSelfAttention``
+    inside its ``NormalizedResidualBlock``) as fused column passes reading the model's own weights,
+    in place; the tied row attention stays as it is. Returns the model. The patched blocks do not
+    compute attention weights (``need_head_weights`` / ``return_contacts`` need the unpatched model);
+    in training with dropout, or given an attention mask, a block runs its original forward."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"patch_esm expects an nn.Module (a fair-esm MSATransformer), got {type(model).__name__}")
+    try:
+        from esm.axial_attention import ColumnSelfAttention
+        from esm.modules import NormalizedResidualBlock
+    except ImportError as e:
+        raise ImportError(f"patch_esm needs fair-esm (pip install fair-esm; the import name is esm): {e}") from None
+    patched = 0
+    for block in model.modules():
+        if isinstance(block, NormalizedResidualBlock) and isinstance(block.layer, ColumnSelfAttention):
+            if type(block) not in _FUSED_BLOCKS.values():  # (patching twice changes nothing)
+                block.__class__ = _fused_column_block(type(block))
+            patched += 1
+    if patched == 0:
+        raise ValueError(f"patch_esm: {type(model).__name__} has no ColumnSelfAttention inside a "
+                         f"NormalizedResidualBlock (is it a fair-esm MSATransformer?)")
+    return model

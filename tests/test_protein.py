@@ -1,0 +1,378 @@
+"""axial_fused.protein: the OpenFold-compatible modules and patch_esm.
+
+References: float64 implementations written here from AF2's supplementary Algorithms 7 (MSA row
+attention with pair bias), 8 (MSA column attention), 13 and 14 (triangle attention around the
+starting and the ending node), with OpenFold's additive mask bias `-inf * (1 - mask)`. With
+inf = 1e30 (absorbing every real logit in float64) that is the modules' semantics: an absent key's
+logit replaced, a query with no key present attending uniformly; with OpenFold's inf = 1e9 the two
+agree wherever a query has a key present (test_openfold_mask_semantics_agree_where_a_key_is_present).
+
+CPU (in CI): the modules through the PyTorch fallback; the state_dict key sets; fair-esm's
+MSATransformer patched against unpatched. GPU: the fused kernels for every compiled dtype, judged
+as the other kernel tests: error(fused vs fp64) <= 2 * error(PyTorch at that dtype vs fp64) + floor.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+
+import pytest
+import torch
+
+import axial_fused as af
+from axial_fused import _ext, protein
+from helpers import rel_err
+
+gpu = pytest.mark.skipif(not torch.cuda.is_available() or _ext.C is None,
+                         reason="needs a CUDA device and the compiled extension")
+FLOOR = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 4e-3}
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+# ---- float64 references from the algorithms -------------------------------------------------------
+
+def _ln(x, norm):
+    return torch.nn.functional.layer_norm(x, x.shape[-1:], norm.weight.double(), norm.bias.double(), 1e-5)
+
+
+def _lin(x, linear):
+    return torch.nn.functional.linear(x, linear.weight.double(), None if linear.bias is None else linear.bias.double())
+
+
+def _gated_attention(h, mha, bias, mask, inf):
+    """The shared core: h [S, L, C] (already normalised), sequences s attending along L; bias
+    [heads, L, L] or None; mask [S, L] (1 present) or None. Returns [S, L, C]."""
+    S, L, _ = h.shape
+    H, c = mha.no_heads, mha.c_hidden
+    q = _lin(h, mha.linear_q).view(S, L, H, c)
+    k = _lin(h, mha.linear_k).view(S, L, H, c)
+    v = _lin(h, mha.linear_v).view(S, L, H, c)
+    g = torch.sigmoid(_lin(h, mha.linear_g)).view(S, L, H, c)
+    logits = torch.einsum("sqhc,skhc->shqk", q, k) / math.sqrt(c)
+    if bias is not None:
+        logits = logits + bias[None]
+    if mask is not None:
+        logits = logits + (inf * (mask.double() - 1))[:, None, None, :]
+    a = torch.softmax(logits, dim=-1)
+    o = g * torch.einsum("shqk,skhc->sqhc", a, v)
+    return _lin(o.reshape(S, L, H * c), mha.linear_o)
+
+
+def msa_row64(mod, m, z, mask, inf=1e30):
+    """Algorithm 7 for one MSA m [N_seq, N_res, c_m], z [N_res, N_res, c_z], mask [N_seq, N_res]."""
+    m, z = m.double(), z.double()
+    b = _lin(_ln(z, mod.layer_norm_z), mod.linear_z).permute(2, 0, 1)  # b[h, i, j]
+    return _gated_attention(_ln(m, mod.layer_norm_m), mod.mha, b, mask, inf)
+
+
+def msa_col64(mod, m, mask, inf=1e30):
+    """Algorithm 8: attention over the sequences of each residue's column."""
+    att = mod._msa_att
+    mt = None if mask is None else mask.t()
+    return _gated_attention(_ln(m.double().transpose(0, 1), att.layer_norm_m), att.mha, None, mt, inf).transpose(0, 1)
+
+
+def triangle64(mod, x, mask, inf=1e30):
+    """Algorithm 13 (starting node: a_ijk from q_ij . k_ik + b_jk) or 14 (ending node: q_ij . k_kj +
+    b_ki), x [N_res, N_res, c]."""
+    x = x.double()
+    h = _ln(x, mod.layer_norm)
+    b = _lin(h, mod.linear)  # [i, j, heads]
+    if mod.starting:
+        return _gated_attention(h, mod.mha, b.permute(2, 0, 1), mask, inf)
+    # ending node: the sequences are the columns j, their tokens k along the first axis
+    o = _gated_attention(h.transpose(0, 1), mod.mha, b.permute(2, 1, 0), None if mask is None else mask.t(), inf)
+    return o.transpose(0, 1)
+
+
+# ---- inputs ---------------------------------------------------------------------------------------
+
+def randomise(mod, seed):
+    """Every parameter random and far from OpenFold's initialisation (linear_o would be zero)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in mod.named_parameters():
+            if name.endswith("layer_norm_m.weight") or name.endswith("layer_norm.weight") or "layer_norm_z.weight" in name:
+                p.copy_(1 + 0.3 * torch.randn(p.shape, generator=g))
+            elif p.dim() == 2:
+                p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(p.shape[1]))
+            else:
+                p.copy_(0.3 * torch.randn(p.shape, generator=g))
+    return mod
+
+
+def msa_mask(S, L, seed, dtype=torch.float32):
+    """0/1 (OpenFold's float mask) with random holes, a padded tail of residues and one padded sequence."""
+    g = torch.Generator().manual_seed(seed)
+    mask = (torch.rand(S, L, generator=g) > 0.2).to(dtype)
+    mask[:, L - 2:] = 0
+    mask[-1] = 0
+    return mask
+
+
+def strided(t):
+    """t's values in a non-contiguous view (every other element of a wider buffer's last dimension)."""
+    wide = torch.empty(*t.shape[:-1], 2 * t.shape[-1], dtype=t.dtype, device=t.device)
+    wide[..., ::2] = t
+    return wide[..., ::2]
+
+
+def cases(dev):
+    """(name, module, inputs, reference per batch element) for each module, c_hidden * heads = c (AF2's
+    sizes for the triangle: c_z 128, 4 heads of 32)."""
+    g = torch.Generator().manual_seed(5)
+    r = lambda *s: torch.randn(*s, generator=g)
+    B, S, L = 2, 6, 9
+    m, z = r(B, S, L, 64), r(B, L, L, 16)
+    mask = torch.stack([msa_mask(S, L, 1), msa_mask(S, L, 2)])
+    x = r(B, L, L, 128)
+    tmask = torch.stack([msa_mask(L, L, 3), msa_mask(L, L, 4)])
+    row = randomise(protein.MSARowAttentionWithPairBias(64, 16, 16, 4), 10)
+    col = randomise(protein.MSAColumnAttention(64, 16, 4), 11)
+    start = randomise(protein.TriangleAttentionStartingNode(128, 32, 4), 12)
+    end = randomise(protein.TriangleAttentionEndingNode(128, 32, 4), 13)
+    return [
+        ("msa_row", row, (m, z, mask), lambda b, i: msa_row64(row, m[b], z[b], mask[b], **i)),
+        ("msa_col", col, (m, mask), lambda b, i: msa_col64(col, m[b], mask[b], **i)),
+        ("tri_start", start, (x, tmask), lambda b, i: triangle64(start, x[b], tmask[b], **i)),
+        ("tri_end", end, (x, tmask), lambda b, i: triangle64(end, x[b], tmask[b], **i)),
+    ]
+
+
+def reference(ref, B, **kw):
+    return torch.stack([ref(b, kw) for b in range(B)])
+
+
+# ---- CPU ------------------------------------------------------------------------------------------
+
+OPENFOLD_KEYS = {
+    "msa_row": {"layer_norm_m.weight", "layer_norm_m.bias", "layer_norm_z.weight", "layer_norm_z.bias",
+                "linear_z.weight", "mha.linear_q.weight", "mha.linear_k.weight", "mha.linear_v.weight",
+                "mha.linear_o.weight", "mha.linear_o.bias", "mha.linear_g.weight", "mha.linear_g.bias"},
+    "msa_col": {"_msa_att.layer_norm_m.weight", "_msa_att.layer_norm_m.bias", "_msa_att.mha.linear_q.weight",
+                "_msa_att.mha.linear_k.weight", "_msa_att.mha.linear_v.weight", "_msa_att.mha.linear_o.weight",
+                "_msa_att.mha.linear_o.bias", "_msa_att.mha.linear_g.weight", "_msa_att.mha.linear_g.bias"},
+    "tri": {"layer_norm.weight", "layer_norm.bias", "linear.weight", "mha.linear_q.weight", "mha.linear_k.weight",
+            "mha.linear_v.weight", "mha.linear_o.weight", "mha.linear_o.bias", "mha.linear_g.weight",
+            "mha.linear_g.bias"},
+}
+
+
+def test_state_dict_keys_and_shapes_are_openfolds():
+    """The exact key sets of OpenFold's modules (openfold/model/msa.py, triangular_attention.py,
+    primitives.Attention) and their shapes; such a state_dict loads strictly and is what runs."""
+    c_m, c_z, c, h = 64, 16, 16, 4
+    mods = {"msa_row": protein.MSARowAttentionWithPairBias(c_m, c_z, c, h),
+            "msa_col": protein.MSAColumnAttention(c_m, c, h),
+            "tri": protein.TriangleAttentionEndingNode(c_z, 4, h)}
+    for name, mod in mods.items():
+        sd = mod.state_dict()
+        assert set(sd) == OPENFOLD_KEYS[name], name
+        c_in = c_z if name == "tri" else c_m
+        hidden = (4 if name == "tri" else c) * h
+        pre = "_msa_att." if name == "msa_col" else ""
+        assert sd[pre + "mha.linear_q.weight"].shape == (hidden, c_in)
+        assert sd[pre + "mha.linear_o.weight"].shape == (c_in, hidden)
+        assert sd[pre + "mha.linear_g.weight"].shape == (hidden, c_in)
+        if name == "msa_row":
+            assert sd["linear_z.weight"].shape == (h, c_z)
+        if name == "tri":
+            assert sd["linear.weight"].shape == (h, c_z)
+        g = torch.Generator().manual_seed(7)
+        theirs = {k: torch.randn(v.shape, generator=g) for k, v in sd.items()}
+        mod.load_state_dict(theirs, strict=True)
+        assert all(torch.equal(mod.state_dict()[k], theirs[k]) for k in theirs)
+
+
+@pytest.mark.parametrize("name", ["msa_row", "msa_col", "tri_start", "tri_end"])
+def test_modules_match_float64_cpu(name):
+    """On the CPU (the PyTorch fallback, float32) each module against its algorithm in float64, with
+    masks that have holes, padded tails and a fully padded sequence, and strided inputs."""
+    case = {c[0]: c for c in cases("cpu")}[name]
+    _, mod, inputs, ref = case
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", af.FusedFallbackWarning)
+        out = mod(*(strided(t) if t.dim() == 4 else t for t in inputs))
+    want = reference(ref, inputs[0].shape[0])
+    assert out.shape == inputs[0].shape
+    assert rel_err(out, want) < 1e-5, rel_err(out, want)
+
+
+def test_openfold_mask_semantics_agree_where_a_key_is_present():
+    """OpenFold's mask bias (inf = 1e9) and the modules' replacement agree on every query with a key
+    present; on a query with none the modules attend uniformly (docs/usage.md)."""
+    _, mod, (m, z, mask), ref = cases("cpu")[0]
+    ours, openfold = reference(ref, 2), reference(ref, 2, inf=1e9)
+    has_key = mask.sum(-1) > 0  # [B, S]: the row pass's sequences with a key present
+    assert (~has_key).any() and has_key.any()
+    assert torch.allclose(ours[has_key], openfold[has_key], rtol=1e-9, atol=1e-9)
+    assert not torch.allclose(ours[~has_key], openfold[~has_key], rtol=1e-3, atol=1e-3)
+
+
+def test_leading_dims_extra_kwargs_and_no_mask():
+    """Any leading dims ([*] of OpenFold's shapes), OpenFold's extra keywords accepted and ignored,
+    mask=None meaning every token present."""
+    _, mod, (m, z, mask), ref = cases("cpu")[0]
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", af.FusedFallbackWarning)
+        out = mod(m[None], z[None], mask[None], chunk_size=4, use_memory_efficient_kernel=True, use_lma=True,
+                  use_deepspeed_evo_attention=True, inplace_safe=True)
+        assert out.shape == (1, *m.shape)
+        assert rel_err(out[0], reference(ref, 2)) < 1e-5
+        one = mod(m[0], z[0])  # no leading dims, no mask
+    assert rel_err(one, msa_row64(mod, m[0], z[0], None)) < 1e-5
+
+
+def test_c_hidden_not_matching_channels_falls_back():
+    """c_hidden * no_heads != c_m (no fused kernel): the same result in PyTorch after a warning."""
+    mod = randomise(protein.MSARowAttentionWithPairBias(64, 16, 8, 4), 3)  # 8 * 4 = 32 != 64
+    g = torch.Generator().manual_seed(2)
+    m, z, mask = torch.randn(2, 5, 7, 64, generator=g), torch.randn(2, 7, 7, 16, generator=g), msa_mask(5, 7, 9)
+    mask = mask.expand(2, -1, -1)
+    with torch.no_grad(), pytest.warns(af.FusedFallbackWarning, match="c_hidden"):
+        af.functional._warned.discard("c_hidden * no_heads = 8 * 4 differs from the channels (64); the fused kernels "
+                                      "need them equal")
+        out = mod(m, z, mask)
+    want = torch.stack([msa_row64(mod, m[b], z[b], mask[b]) for b in range(2)])
+    assert rel_err(out, want) < 1e-5
+
+
+def test_bad_inputs_name_the_argument():
+    row = protein.MSARowAttentionWithPairBias(64, 16, 16, 4)
+    m, z = torch.randn(1, 5, 7, 64), torch.randn(1, 7, 7, 16)
+    with pytest.raises(ValueError, match=r"m has shape \(1, 5, 7, 32\)"):
+        row(torch.randn(1, 5, 7, 32), z)
+    with pytest.raises(TypeError, match="m must be a torch.Tensor"):
+        row([1, 2], z)
+    with pytest.raises(ValueError, match=r"z has shape \(1, 6, 6, 16\)"):
+        row(m, torch.randn(1, 6, 6, 16))
+    with pytest.raises(ValueError, match=r"mask has shape \(1, 5, 6\), expected \[\*, N_seq, N_res\]"):
+        row(m, z, torch.ones(1, 5, 6))
+    tri = protein.TriangleAttention(64, 16, 4)
+    with pytest.raises(ValueError, match="square"):
+        tri(torch.randn(5, 7, 64))
+
+
+# ---- fair-esm ---------------------------------------------------------------------------------------
+
+def esm_model(seed, layers=2, embed_dim=64, heads=4):
+    """A randomly initialised fair-esm MSATransformer (no download), built from its arguments."""
+    esm = pytest.importorskip("esm", reason="fair-esm is a test dependency (pip install fair-esm)")
+    from argparse import Namespace
+    alphabet = esm.Alphabet.from_architecture("msa_transformer")
+    args = Namespace(layers=layers, embed_dim=embed_dim, ffn_embed_dim=2 * embed_dim, attention_heads=heads,
+                     dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, max_tokens=2 ** 14, max_tokens_per_msa=2 ** 14,
+                     max_positions=64, embed_positions_msa=True)
+    torch.manual_seed(seed)
+    model = esm.model.msa_transformer.MSATransformer(args, alphabet)
+    with torch.no_grad():  # biases and LayerNorm affine off their defaults
+        for name, p in model.named_parameters():
+            if p.dim() == 1:
+                p.add_(0.2 * torch.randn_like(p))
+    return model.eval(), alphabet
+
+
+def esm_tokens(alphabet, B, R, C, seed):
+    """Random MSAs with padding: the second MSA has fewer sequences and shorter ones."""
+    g = torch.Generator().manual_seed(seed)
+    aa = [alphabet.get_idx(a) for a in "ACDEFGHIKLMNPQRSTVWY-"]
+    tokens = torch.tensor(aa)[torch.randint(len(aa), (B, R, C), generator=g)]
+    tokens[:, :, 0] = alphabet.cls_idx
+    tokens[1:, R - 2:, :] = alphabet.padding_idx
+    tokens[1:, :, C - 3:] = alphabet.padding_idx
+    return tokens
+
+
+def test_patch_esm_matches_unpatched_cpu():
+    """fair-esm as the client: the patched model's logits equal the unpatched model's (CPU: the
+    fallback path) and its state_dict keys are unchanged; the attention weights raise clearly."""
+    model, alphabet = esm_model(0)
+    tokens = esm_tokens(alphabet, 2, 5, 12, 1)
+    keys = set(model.state_dict())
+    with torch.no_grad():
+        want = model(tokens)["logits"]
+        assert af.protein.patch_esm(model) is model
+        af.protein.patch_esm(model)  # twice: no change
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", af.FusedFallbackWarning)
+            got = model(tokens)["logits"]
+        assert set(model.state_dict()) == keys
+        assert sum(type(m).__name__.startswith("Fused") for m in model.modules()) == 2
+        assert rel_err(got, want) < 1e-5, rel_err(got, want)
+        with pytest.raises(RuntimeError, match="need_head_weights=False"):
+            model(tokens, return_contacts=True)
+
+
+def test_patch_esm_rejects_other_models():
+    with pytest.raises(TypeError, match="nn.Module"):
+        af.protein.patch_esm("model")
+    pytest.importorskip("esm")
+    with pytest.raises(ValueError, match="no ColumnSelfAttention"):
+        af.protein.patch_esm(torch.nn.Linear(2, 2))
+
+
+# ---- GPU --------------------------------------------------------------------------------------------
+
+def _compiled(dtype_name, dim, heads):
+    return (dtype_name, dim, heads) in _ext.specs()
+
+
+@gpu
+@pytest.mark.parametrize("dt", list(DTYPES))
+@pytest.mark.parametrize("name", ["msa_row", "msa_col", "tri_start", "tri_end"])
+def test_modules_fused_match_float64(name, dt):
+    """The fused kernels against the float64 algorithm, per compiled dtype (64x4 and 128x4 specs)."""
+    dtype = DTYPES[dt]
+    _, mod, inputs, ref = {c[0]: c for c in cases("cpu")}[name]
+    dim, heads = inputs[0].shape[-1], mod.no_heads
+    if not _compiled(dt, dim, heads):
+        pytest.skip(f"{dim}x{heads} {dt} not compiled")
+    want = reference(ref, inputs[0].shape[0])
+    mod = mod.to("cuda", dtype)
+    xs = [t.to("cuda", dtype) if t.is_floating_point() and t.dim() == 4 else t.cuda() for t in inputs]
+    with torch.inference_mode():
+        torch.full((1 << 24,), float("nan"), device="cuda")  # poison the allocator's free blocks
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", af.FusedFallbackWarning)  # the fused path, or fail
+            out = mod(*(strided(t) if t.dim() == 4 else t for t in xs))
+        # PyTorch's own error at this dtype: the same pass in PyTorch ops (the modules' fallback code)
+        torch_out = _torch_reference(name, mod, xs)
+    err, torch_err = rel_err(out, want), rel_err(torch_out, want)
+    tol = 1e-5 if dtype == torch.float32 and not torch.backends.cuda.matmul.allow_tf32 else 2 * torch_err + FLOOR[dtype]
+    assert err <= tol, f"error {err:.3g} > tolerance {tol:.3g} (PyTorch at {dt}: {torch_err:.3g})"
+
+
+def _torch_reference(name, mod, xs):
+    if name == "msa_row":
+        m, z, mask = xs
+        bias = mod.linear_z(mod.layer_norm_z(z)).movedim(-1, -3)
+        return protein._torch_pass(m, mod.layer_norm_m, mod.mha, "row", mask, bias)
+    if name == "msa_col":
+        m, mask = xs
+        return protein._torch_pass(m, mod._msa_att.layer_norm_m, mod._msa_att.mha, "col", mask, None)
+    x, mask = xs
+    t = mod.linear(mod.layer_norm(x)).movedim(-1, -3)
+    bias = t if mod.starting else t.transpose(-1, -2)
+    return protein._torch_pass(x, mod.layer_norm, mod.mha, "row" if mod.starting else "col", mask, bias)
+
+
+@gpu
+@pytest.mark.parametrize("dt", ["bfloat16", "float16"])
+def test_patch_esm_fused_matches_unpatched(dt):
+    """fair-esm on the GPU: the patched model (fused column passes, 64x4) against the unpatched one
+    at the same dtype, both judged against the unpatched model in float64."""
+    if not _compiled(dt, 64, 4):
+        pytest.skip(f"64x4 {dt} not compiled")
+    model, alphabet = esm_model(1)
+    tokens = esm_tokens(alphabet, 2, 6, 20, 2)
+    with torch.inference_mode():
+        want = model.double()(tokens)["logits"]
+        model = model.to("cuda", DTYPES[dt])
+        tokens = tokens.cuda()
+        plain = model(tokens)["logits"]
+        af.protein.patch_esm(model)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", af.FusedFallbackWarning)
+            got = model(tokens)["logits"]
+    err, torch_err = rel_err(got.cpu(), want), rel_err(plain.cpu(), want)
+    assert err <= 2 * torch_err + FLOOR[DTYPES[dt]], (err, torch_err)
