@@ -2,6 +2,7 @@
 
     python -m axial_fused.bench [--shapes seed,vision,...] [--dtype ...] [--peers ...] [--json F] [--png F]
     python -m axial_fused.bench --features [--shapes msa,...]   # the cost of the optional features
+    python -m axial_fused.bench --suite protein [--shapes msa_row_pair,...]  # bench_protein.py
 
 Peers: eager (reference with explicit softmax(q k^T / sqrt(d)) v), sdpa (reference with
 scaled_dot_product_attention), compile (torch.compile of sdpa, default mode), compile_graphs (mode
@@ -165,18 +166,23 @@ def bench_shape(name, B, H, W, D, heads, dtype_name, peers, ceilings, log=print)
                 times[peer] = _time_batches(fn)
         except Exception as e:  # a peer that cannot run this shape is reported, not fatal
             log(f"  {name}/{peer}: failed: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
-    row["us"], row["rel_err"] = times, errs
-    base = {k: v for k, v in times.items() if k not in OURS}
-    if base:
-        best = min(base, key=base.get)
-        row["best_peer"], row["best_peer_us"] = best, base[best]
-        for o in OURS:
-            if o in times:
-                row[f"speedup_{o}"] = base[best] / times[o]
+    summarise(row, times, errs)
     for o in OURS:
         if o in times:
             row[f"floor_frac_{o}"] = row["floor_us"] / times[o]
     return row
+
+
+def summarise(row, times, errs, ours=OURS) -> None:
+    """row's times and errors, its best peer (not ours) and our speed-ups over it."""
+    row["us"], row["rel_err"] = times, errs
+    base = {k: v for k, v in times.items() if k not in ours}
+    if base:
+        best = min(base, key=base.get)
+        row["best_peer"], row["best_peer_us"] = best, base[best]
+        for o in ours:
+            if o in times:
+                row[f"speedup_{o}"] = base[best] / times[o]
 
 
 def progress_line(r) -> str:
@@ -292,6 +298,67 @@ def print_feature_table(rows, out=sys.stdout) -> None:
     print("(µs per pass, CUDA-graph replay, median; x = time / the plain pass)", file=out)
 
 
+def bar_chart(rows, peers, path) -> None:
+    """Each row's peers as bars (log scale), into path (PNG; needs matplotlib)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no chart (pip install axial-fused[bench])")
+        return
+    fig, ax = plt.subplots(figsize=(12, 5))
+    wbar = 0.8 / len(peers)
+    for i, p in enumerate(peers):
+        ax.bar([j + i * wbar for j in range(len(rows))], [r["us"].get(p, 0) for r in rows], wbar, label=p)
+    ax.set_xticks([j + 0.4 for j in range(len(rows))], [r["shape"] for r in rows])
+    ax.set_yscale("log")
+    ax.set_ylabel("µs per forward")
+    ax.legend()
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+
+
+def protein_suite(ap, args, shapes, peers) -> int:
+    """--suite protein: bench_protein's blocks (default: all), its peers, table + JSON (+ chart)."""
+    from . import bench_protein as bp
+    if args.shapes == ",".join(SUITE):
+        shapes = list(bp.BLOCKS)
+    if args.peers == ",".join(PEERS):
+        peers = list(bp.PEERS)
+    for s in shapes:
+        if s not in bp.BLOCKS:
+            ap.error(f"unknown protein block {s!r}; choose from {', '.join(bp.BLOCKS)}")
+    for p in peers:
+        if p not in bp.PEERS:
+            ap.error(f"unknown protein peer {p!r}; choose from {', '.join(bp.PEERS)}")
+    rows = []
+    for s in shapes:
+        try:
+            rows.append(bp.bench_block(s, peers))
+        except (ImportError, RuntimeError) as e:  # e.g. esm_col without fair-esm
+            print(f"  {s}: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+            continue
+        print(progress_line(rows[-1]), flush=True)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "protein": rows}, f,
+                          indent=1)
+        torch.cuda.empty_cache()
+    print_protein_table(rows, peers)
+    if args.png:
+        bar_chart(rows, peers, args.png)
+    return 0
+
+
+def print_protein_table(rows, peers, out=sys.stdout) -> None:
+    print(f"{'block':<14}" + "".join(f"{p:>13}" for p in peers) + f"{'best peer':>12}{'x fused_graph':>15}", file=out)
+    for r in rows:
+        line = f"{r['shape']:<14}" + "".join(f"{r['us'][p]:>13.1f}" if p in r["us"] else f"{'-':>13}" for p in peers)
+        line += f"{r.get('best_peer', '-'):>12}{r.get('speedup_fused_graph', float('nan')):>14.2f}x"
+        print(line, file=out)
+    print("(µs per call, median, bf16; 'x' = best peer time / ours)", file=out)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m axial_fused.bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -303,6 +370,9 @@ def main(argv=None) -> int:
     ap.add_argument("--path", default="auto", choices=list(PATHS),
                     help="force the kernel path of ours (default: the automatic choice; fused_sm90: the Hopper "
                          "head-looped kernel, 16-bit, head_dim 32, even heads, dim <= 256, lengths <= 128 only)")
+    ap.add_argument("--suite", default="axial", choices=["axial", "protein"],
+                    help="axial: the shapes above (default); protein: the protein models' blocks against eager, "
+                         "torch.compile and cuEquivariance (axial_fused.bench_protein)")
     ap.add_argument("--features", action="store_true",
                     help="instead of the peers: the cost of each optional feature (mask, bias, gate, q/k/v bias, "
                          "update only) per pass of each shape (default shape: msa)")
@@ -316,6 +386,8 @@ def main(argv=None) -> int:
         return 1
     shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
     peers = [p.strip() for p in args.peers.split(",") if p.strip()]
+    if args.suite == "protein":
+        return protein_suite(ap, args, shapes, peers)
     for s in shapes:
         if s not in SUITE:
             ap.error(f"unknown shape {s!r}; choose from {', '.join(SUITE)}")
@@ -355,22 +427,7 @@ def main(argv=None) -> int:
         torch.cuda.empty_cache()
     print_table(rows, peers)
     if args.png:
-        try:
-            import matplotlib
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
-        except ImportError:
-            print("matplotlib is not installed: no chart (pip install axial-fused[bench])")
-        else:
-            fig, ax = plt.subplots(figsize=(12, 5))
-            wbar = 0.8 / len(peers)
-            for i, p in enumerate(peers):
-                ax.bar([j + i * wbar for j in range(len(rows))], [r["us"].get(p, 0) for r in rows], wbar, label=p)
-            ax.set_xticks([j + 0.4 for j in range(len(rows))], [r["shape"] for r in rows])
-            ax.set_yscale("log")
-            ax.set_ylabel("µs per forward")
-            ax.legend()
-            fig.savefig(args.png, dpi=120, bbox_inches="tight")
+        bar_chart(rows, peers, args.png)
     return 0
 
 
