@@ -83,22 +83,12 @@ at::Tensor packed_mask(const at::Tensor& m) {
   return m.scalar_type() == at::kBool ? m : m.ne(0);
 }
 
-// The logit bias as the Hopper attention kernel reads it: unit key stride, the other strides even and
-// the pointer aligned to two elements, so that each pair of adjacent keys is one aligned load
-// (FragmentTerms::load_keys). Any other layout, and an odd length (whose rows cannot all start at
-// even elements), is copied once into rows of even length (the last element unused): a few
-// microseconds against a pass over the grid. Broadcast (stride-0) dimensions stay as they are.
+// The logit bias with unit key stride, as the kernels read a bias row (key l at element l;
+// LogitRow), copied once where it has another key stride (a few microseconds against a pass over
+// the grid). The Hopper attention kernel's prepared copy (terms_prep_kernel) reads any strides.
 at::Tensor packed_bias(const at::Tensor& b) {
-  if (!b.defined()) return b;
-  const auto even = [&](int d) { return b.size(d) == 1 || b.stride(d) % 2 == 0; };
-  const bool ok = (b.size(3) == 1 || b.stride(3) == 1) && even(0) && even(1) && even(2) && b.size(3) % 2 == 0 &&
-                  reinterpret_cast<uintptr_t>(b.data_ptr()) % (2 * b.element_size()) == 0;
-  if (ok) return b;
-  const int64_t L = b.size(3);
-  at::Tensor rows = at::empty({b.size(0), b.size(1), b.size(2), L + (L & 1)}, b.options());
-  at::Tensor view = rows.narrow(3, 0, L);
-  view.copy_(b);
-  return view;
+  if (!b.defined() || b.size(3) == 1 || b.stride(3) == 1) return b;
+  return b.contiguous();
 }
 
 constexpr int kWeightFields = 8;

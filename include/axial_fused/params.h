@@ -57,8 +57,7 @@ struct PassParams {
   // Additive bias of the scaled logits (null: none): element (batch s / seq_inner, head h, query i,
   // key j) at b * bias_stride_b + h * bias_stride_h + i * bias_stride_q + j (bias_stride_b = 0: one
   // bias for the whole batch); float32 (bias_f32) or the input's dtype. The op packs it so that the
-  // key stride is 1 and every other stride and the pointer are multiples of two elements (adjacent
-  // keys load as one aligned pair).
+  // key stride is 1.
   const void* bias;
   int bias_f32;
   int64_t bias_stride_b, bias_stride_h, bias_stride_q;

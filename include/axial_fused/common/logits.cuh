@@ -3,7 +3,9 @@
 //   SeqTerms  one sequence's mask and bias; LogitRow what they do to one query row's logits:
 //             term(key), in log2 units, is added to the scaled score s * scale_log2 (kMaskedLogit for
 //             an absent key, whose logit it then replaces: float32 addition absorbs the score);
-//   FragmentTerms   the terms of a score fragment in the tensor cores' accumulator layout, compact;
+//   FragmentTerms   the terms of a score fragment in the tensor cores' accumulator layout, compact
+//             (the Hopper fused kernel);
+//   terms_prep_kernel   the Hopper attention kernel's prepared terms (PassParams::key_bits, bias_frag);
 //   gate_of   the sigmoid gate's factor for one output element, from the gate's pre-activation.
 #pragma once
 #include "axial_fused/common/device.cuh"
@@ -78,52 +80,6 @@ struct FragmentTerms {
         }
         const typename Pack2<T>::type b2 = Pack2<T>::make(v[0], v[1]);
         bias2[2 * jb + i] = *reinterpret_cast<const uint32_t*>(&b2);
-      }
-    }
-  }
-  // The same where both rows are of one sequence and the keys are k0 + 8 jb + 2 t + c (k0 even): the
-  // bias rows have unit key stride and pairs aligned (PassParams::bias), so each pair
-  // is one load from a base pointer and an immediate offset, and the mask (any stride) is read once
-  // for both rows through pointers stepped by 8 keys.
-  __device__ __forceinline__ void load_keys(const PassParams& p, const LogitRow<T> (&row)[2], int k0, int L) {
-    const int t = threadIdx.x & 3, key0 = k0 + 2 * t;
-#pragma unroll
-    for (int w = 0; w < (4 * NB + 31) / 32; ++w) absent[w] = 0u;
-    if (row[0].mask) {
-      const int64_t ms = p.m_stride_tok;
-      const unsigned char* m = row[0].mask + key0 * ms;
-#pragma unroll
-      for (int jb = 0; jb < NB; ++jb) {
-        const int key = key0 + 8 * jb;
-        const bool a0 = key < L && m[0] == 0, a1 = key + 1 < L && m[ms] == 0;
-        const uint32_t bits = (a0 ? 1u : 0u) | (a1 ? 2u : 0u);  // elements 4 jb + c (row 0), + 2 (row 1)
-        absent[(4 * jb) / 32] |= (bits | bits << 2) << ((4 * jb) % 32);
-        m += 8 * ms;
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-#pragma unroll
-      for (int jb = 0; jb < NB; ++jb) {
-        const int key = key0 + 8 * jb;
-        uint32_t b2 = 0u;  // (0: two zero halves, in every 16-bit format)
-        if (row[i].bias && key < L) {
-          if (p.bias_f32) {
-            const float* bp = static_cast<const float*>(row[i].bias) + key;
-            const float2 v = key + 1 < L ? *reinterpret_cast<const float2*>(bp) : make_float2(bp[0], 0.f);
-            const typename Pack2<T>::type h2 = Pack2<T>::make(v.x, v.y);
-            b2 = *reinterpret_cast<const uint32_t*>(&h2);
-          } else {
-            const T* bp = static_cast<const T*>(row[i].bias) + key;
-            if (key + 1 < L) {
-              b2 = *reinterpret_cast<const uint32_t*>(bp);
-            } else {
-              const typename Pack2<T>::type h2 = Pack2<T>::make(Pack2<T>::to_float(bp[0]), 0.f);
-              b2 = *reinterpret_cast<const uint32_t*>(&h2);
-            }
-          }
-        }
-        bias2[2 * jb + i] = b2;
       }
     }
   }
