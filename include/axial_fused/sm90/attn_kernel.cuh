@@ -147,8 +147,8 @@ __device__ __forceinline__ void cp_async_wait_upto(int n) {
 // are p.nq long), the optional residual; TERMS (kTermBias | kTermMask, EXTRAS only): the logits'
 // terms, prepared by terms_prep_kernel (p.bias_frag, p.key_bits), which initialise each unit's
 // score accumulators right before its S product, which accumulates onto them: the softmax runs
-// unchanged. (Requested earlier, while a product is in flight, registers the product reads would be
-// written meanwhile, and ptxas serializes every wgmma of the kernel.)
+// unchanged. (Requested any earlier, even at the end of the previous unit, ptxas serializes every
+// wgmma of the kernel: C7513, non-wgmma instructions defining a wgmma's input registers.)
 template <class T, int D, int HEADS, bool OTMA = false, int SPLIT = 0, bool EXTRAS = false, int TERMS = 0>
 __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* omap = nullptr) {
 #if AXIAL_FUSED_SM90  // (sm_90a device code only, as the kernels' bodies: the host pass never sees it)
