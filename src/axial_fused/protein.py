@@ -29,7 +29,7 @@ from torch import nn
 import torch.nn.functional as F
 
 from .functional import PassWeights, _warn_once, axial_pass
-from .reference import MASKED_LOGIT
+from .reference import replace_absent
 
 __all__ = ["MSAAttention", "MSARowAttentionWithPairBias", "MSAColumnAttention", "TriangleAttention",
            "TriangleAttentionStartingNode", "TriangleAttentionEndingNode", "patch_esm"]
@@ -95,8 +95,7 @@ def _torch_pass(x, norm: nn.LayerNorm, mha: Attention, axis: str, mask, bias) ->
     if bias is not None:
         logits = logits + bias.unsqueeze(1).to(logits.dtype)
     if mask is not None:
-        lowest = -65504.0 if logits.dtype == torch.float16 else MASKED_LOGIT
-        logits = logits.masked_fill((mask == 0)[:, :, None, None, :], lowest)
+        logits = replace_absent(logits, mask == 0)
     o = (torch.softmax(logits, dim=-1) @ v).transpose(2, 3).reshape(B, S, L, heads * c)
     out = mha.linear_o(o * torch.sigmoid(mha.linear_g(h)))
     return out.transpose(1, 2) if axis == "col" else out

@@ -18,6 +18,13 @@ __all__ = ["AxialAttentionReference", "reference_pass", "reference_axial_attenti
 MASKED_LOGIT = -1e30  # an absent key's logit (the kernels' kMaskedLogit); float16 takes its lowest, -65504
 
 
+def replace_absent(logits: torch.Tensor, absent: torch.Tensor) -> torch.Tensor:
+    """logits [B, S, heads, L, L] with the keys where absent [B, S, L] is true replaced by
+    MASKED_LOGIT (-65504 in float16, its lowest finite value)."""
+    lowest = -65504.0 if logits.dtype == torch.float16 else MASKED_LOGIT
+    return logits.masked_fill(absent[:, :, None, None, :], lowest)
+
+
 def reference_pass(x: torch.Tensor, norm_weight, norm_bias, qkv_weight, out_weight, out_bias, qkv_bias=None,
                    gate_weight=None, gate_bias=None, *, num_heads: int, axis: str, eps: float = 1e-5,
                    attention: str = "sdpa", mask: torch.Tensor | None = None, bias: torch.Tensor | None = None,
@@ -48,8 +55,7 @@ def reference_pass(x: torch.Tensor, norm_weight, norm_bias, qkv_weight, out_weig
             logits = logits + bias.unsqueeze(1).to(logits.dtype)
         if mask is not None:
             present = (mask if axis == "row" else mask.transpose(1, 2)) != 0  # [B, S, L]: the keys
-            lowest = -65504.0 if logits.dtype == torch.float16 else MASKED_LOGIT
-            logits = logits.masked_fill(~present[:, :, None, None, :], lowest)
+            logits = replace_absent(logits, ~present)
         o = torch.softmax(logits, dim=-1).reshape(B * S, num_heads, L, L) @ v
     elif attention == "sdpa" and q.numel() > 0:
         o = F.scaled_dot_product_attention(q, k, v)
