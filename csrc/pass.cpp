@@ -218,16 +218,17 @@ void run_pass(const SpecInfo* spec, const at::Tensor& in, const at::Tensor& out,
     scratch = at::empty({p.num_seq * p.len * p.nq}, in.options());
     p.scratch = scratch.data_ptr();
   }
-  // The Hopper attention kernel reads the mask's and the bias's terms prepared (PassParams::key_bits,
-  // bias_frag; written by the launch before K1).
+  // The two-kernel path's attention reads the mask as prepared key bits, and the Hopper attention
+  // kernel the bias prepared too (PassParams::key_bits, bias_frag; written by the launch before K1).
   at::Tensor key_bits, bias_frag;
-  if (plan.path == kPathTwoKernel && dev.sm90a && spec->hopper_attention && (p.mask || p.bias)) {
+  const bool hopper_attention = dev.sm90a && spec->hopper_attention;
+  if (plan.path == kPathTwoKernel && (p.mask || (p.bias && hopper_attention))) {
     p.kp = (p.len + 63) / 64 * 64;
     if (p.mask) {
       key_bits = at::empty({p.num_seq * (p.kp / 16)}, in.options().dtype(at::kShort));
       p.key_bits = static_cast<const uint16_t*>(key_bits.data_ptr());
     }
-    if (p.bias) {
+    if (p.bias && hopper_attention) {
       const int64_t batches = p.bias_stride_b == 0 ? 1 : B;
       bias_frag = at::empty({batches * spec->heads * p.len * p.kp}, in.options().dtype(at::kHalf));
       p.bias_frag = static_cast<const __half*>(bias_frag.data_ptr());

@@ -254,13 +254,14 @@ struct Spec {
                                                            Tr::fused_bytes(rows, p.gated != 0), stream, p);
     }
     const int64_t tokens = p.num_seq * p.len;
-    if constexpr (EXTRAS && kHopperAttention) {
-      if (p.arch == 90 && (p.key_bits || p.bias_frag)) {  // the Hopper attention kernel's terms
+    if constexpr (EXTRAS) {
+      if (p.key_bits || p.bias_frag) {  // the attention kernel's prepared terms, in its order
         const int64_t n = (p.key_bits ? p.num_seq * (p.kp / 16) : 0) +
                           (p.bias_frag ? (p.bias_stride_b == 0 ? 1 : p.num_seq / p.seq_inner) * HEADS * p.len * p.kp : 0);
-        const int64_t blocks = (n + 255) / 256;
-        const cudaError_t e = launch_with_smem<terms_prep_kernel<T>>(blocks < 4096 ? blocks : 4096, 256, 0, stream, p,
-                                                                      HEADS);
+        const int64_t blocks = (n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096;
+        const bool frag = kHopperAttention && p.arch == 90;
+        const cudaError_t e = frag ? launch_with_smem<terms_prep_kernel<T, true>>(blocks, 256, 0, stream, p, HEADS)
+                                   : launch_with_smem<terms_prep_kernel<T, false>>(blocks, 256, 0, stream, p, HEADS);
         if (e != cudaSuccess) return e;
       }
     }

@@ -61,10 +61,12 @@ struct PassParams {
   const void* bias;
   int bias_f32;
   int64_t bias_stride_b, bias_stride_h, bias_stride_q;
-  // The same terms prepared for the Hopper attention kernel by terms_prep_kernel (null: not prepared;
-  // the other kernels read mask and bias above), in rows of kp = L rounded up to 64 keys, each 64 keys
-  // in fragment order (frag_pos): key_bits [S, kp / 16], bit i of word w of a sequence set where key
-  // frag_key(16 w + i) is absent (zero past L); bias_frag [1 or B, heads, L, kp], the bias times
+  // The same terms prepared by terms_prep_kernel for the two-kernel path's attention (null: not
+  // prepared; the fused kernels read mask and bias above), in rows of kp = L rounded up to 64 keys:
+  // key_bits [S, kp / 16], bit i of word w of a sequence set where its key w * 16 + i is absent (the
+  // mma.sync kernel's plain order), or, for the Hopper attention kernel, key frag_key(16 w + i) (each
+  // 64 keys in fragment order, frag_pos); zero past L. Only the Hopper attention kernel reads the
+  // bias prepared: bias_frag [1 or B, heads, L, kp] in fragment order, the bias times
   // sqrt(head_dim) (in units of the raw product q.k, which the kernel's score accumulators start
   // from) in float16, saturated at +-65504 (zero past L), batch stride bias_frag_stride_b (0: one).
   const uint16_t* key_bits;

@@ -103,9 +103,11 @@ struct FragmentTerms {
 
 // Writes PassParams::key_bits and bias_frag (where set) from the mask and the bias, read through
 // their strides: one thread a word of key_bits or an element of bias_frag, in the order they are
-// stored. Launched before K1 where a Hopper attention kernel follows.
-template <class T>
+// stored (FRAG: the Hopper attention kernel's fragment order, else keys in order). Launched before
+// K1 of the two-kernel path.
+template <class T, bool FRAG>
 __global__ void terms_prep_kernel(const __grid_constant__ PassParams p, int heads) {
+  const auto key_at = [](int pos) { return FRAG ? frag_key(pos) : pos; };
   const int L = p.len, kp = p.kp;
   const int64_t nk = p.key_bits ? p.num_seq * (kp / 16) : 0;
   const int64_t batches = p.bias_stride_b == 0 ? 1 : p.num_seq / p.seq_inner;
@@ -118,13 +120,13 @@ __global__ void terms_prep_kernel(const __grid_constant__ PassParams p, int head
       const int pos0 = int(i - s * (kp / 16)) * 16;
       uint32_t bits = 0;
       for (int b = 0; b < 16; ++b) {
-        const int l = frag_key(pos0 + b);
+        const int l = key_at(pos0 + b);
         if (l < L && m[l * p.m_stride_tok] == 0) bits |= 1u << b;
       }
       const_cast<uint16_t*>(p.key_bits)[i] = uint16_t(bits);
     } else {
       const int64_t j = i - nk, row = j / kp;  // row (b * heads + h) * L + q
-      const int l = frag_key(int(j - row * kp));
+      const int l = key_at(int(j - row * kp));
       float v = 0.f;
       if (l < L) {
         const int64_t q = row % L, bh = row / L, h = bh % heads, b = bh / heads;

@@ -167,6 +167,31 @@ struct RowTerms {
   __device__ __forceinline__ float operator()(int i, int col) const { return row[i].term(p, col - lo[i]); }
 };
 
+// The logit terms of a warp's two rows in one key tile of the two-kernel attention (one sequence,
+// keys key0 .. key0 + 63): the tile's absent keys as bits (bit k: key key0 + k; from
+// PassParams::key_bits, keys in order: one load a tile, not one a key), the bias per element.
+template <class T>
+struct TileTerms {
+  static constexpr bool ACTIVE = true;
+  const PassParams& p;
+  LogitRow<T> row[2];  // (their bias rows; the mask is read from the bits)
+  uint64_t absent;
+  int key0;
+  // The bits of the KN keys from key0 (a multiple of KN: 32 or 64) of the sequence whose key_bits row
+  // is `bits` (null: no mask).
+  template <int KN>
+  static __device__ __forceinline__ uint64_t load_bits(const uint16_t* bits, int key0) {
+    static_assert(KN == 32 || KN == 64, "key tiles of 32 or 64");
+    if (bits == nullptr) return 0;
+    if constexpr (KN == 64) return __ldg(reinterpret_cast<const unsigned long long*>(bits) + key0 / 64);
+    return __ldg(reinterpret_cast<const unsigned int*>(bits) + key0 / 32);
+  }
+  __device__ __forceinline__ float operator()(int i, int col) const {
+    if ((absent >> (col - key0)) & 1) return kMaskedLogit;
+    return row[i].bias ? row[i].bias_at(p, col) * 1.4426950408889634f : 0.f;
+  }
+};
+
 // Queries: 16 rows at Qs. Keys/values: KN (a tile, BN, unless the short-block form's keys are fewer)
 // rows at Ks/Vs, key index of the first = key0; keys outside
 // [lo[i], hi[i]) are masked for this thread's row i (g, g+8). Masked keys must hold finite values

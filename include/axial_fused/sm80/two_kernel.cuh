@@ -137,6 +137,7 @@ __global__ void __launch_bounds__(Tr::THREADS) attn_out_kernel(const __grid_cons
   const bool terms = EXTRAS && (p.mask != nullptr || p.bias != nullptr), gated = EXTRAS && p.gated;
   const int qa = min(rw + ((threadIdx.x & 31) >> 2), L - 1), qb = min(qa + 8, L - 1);  // this thread's queries
   const SeqTerms<T> seq = EXTRAS ? SeqTerms<T>(p, s) : SeqTerms<T>();
+  const uint16_t* key_bits = EXTRAS && p.key_bits ? p.key_bits + s * (p.kp / 16) : nullptr;  // the mask
   const int iters = HG * nkt;
   AttnState<Tr> st;
   load(0);
@@ -154,8 +155,9 @@ __global__ void __launch_bounds__(Tr::THREADS) attn_out_kernel(const __grid_cons
       const T* ks = kv + ((it & 1) * CG + cg) * 2 * BN * LDH;
       const T* qt = qs + ((hg & 1) * CG + cg) * BM * LDH + rg * 16 * LDH;
       if (terms) {
-        attend_tile<Tr>(st, qt, LDH, ks, ks + BN * LDH, LDH, kt * BN, lo, hi, p.scale_log2, ps + warp * 16 * Tr::LDP,
-                        RowTerms<T>{p, {seq.row(p, h, qa), seq.row(p, h, qb)}, {0, 0}});
+        const TileTerms<T> tt{p, {seq.row(p, h, qa), seq.row(p, h, qb)}, TileTerms<T>::template load_bits<BN>(key_bits, kt * BN),
+                              kt * BN};
+        attend_tile<Tr>(st, qt, LDH, ks, ks + BN * LDH, LDH, kt * BN, lo, hi, p.scale_log2, ps + warp * 16 * Tr::LDP, tt);
       } else {
         attend_tile<Tr>(st, qt, LDH, ks, ks + BN * LDH, LDH, kt * BN, lo, hi, p.scale_log2, ps + warp * 16 * Tr::LDP);
       }
