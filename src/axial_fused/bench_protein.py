@@ -1,6 +1,7 @@
 """The protein suite of the benchmark: `python -m axial_fused.bench --suite protein`.
 
-Blocks (bf16; masks with a padded tail of residues and of sequences, and random holes):
+Blocks (bf16; 0/1 masks in the activations' dtype, as OpenFold passes them, with a padded tail of
+residues and of sequences, and random holes):
   msa_row_pair  MSARowAttentionWithPairBias, N_seq 512, N_res 256, c_m 256, c_z 128, 8 heads of 32
                 (the pair-bias projection inside every peer's time)
   msa_col       MSAColumnAttention, the same sizes
@@ -127,7 +128,7 @@ def build(name, device="cuda", dtype=torch.bfloat16, seed=0):
         mods = [protein.TriangleAttentionStartingNode(c, c // heads, heads),
                 protein.TriangleAttentionEndingNode(c, c // heads, heads)]
         x, mask = torch.randn(1, L, L, c, generator=g), _mask(L, L, g)
-        inputs = (to(x), mask.to(device))
+        inputs = (to(x), to(mask))
     else:
         S = spec["S"]
         row = protein.MSARowAttentionWithPairBias(c, spec.get("c_z", 128), c // heads, heads)
@@ -135,7 +136,7 @@ def build(name, device="cuda", dtype=torch.bfloat16, seed=0):
         mods = {"msa_row": [row], "msa_col": [col], "extra_msa": [row, col]}[kind]
         x, mask = torch.randn(1, S, L, c, generator=g), _mask(S, L, g)
         z = torch.randn(1, L, L, spec.get("c_z", 128), generator=g)
-        inputs = (to(x), to(z), mask.to(device))
+        inputs = (to(x), to(z), to(mask))
     mods = [_randomise(m, g).to(device).eval() for m in mods]
     mods32, mods = [copy.deepcopy(m) for m in mods], [m.to(dtype) for m in mods]
     keep = inputs[-1][..., None]
@@ -150,11 +151,11 @@ def build(name, device="cuda", dtype=torch.bfloat16, seed=0):
 
     calls = {"eager": chain(eager_update, mods),
              "fused": chain(lambda m, x, z, mask: m(x, z, mask) if z is not None else m(x, mask), mods)}
-    try:
-        core = _cueq_core()
+    try:  # (cuEquivariance's kernels are CUDA's only)
+        core = _cueq_core() if torch.device(device).type == "cuda" else None
     except ImportError:
-        pass
-    else:
+        core = None
+    if core is not None:
         calls["cueq"] = chain(lambda m, x, z, mask: eager_update(m, x, z, mask, core=core), mods)
     ref = chain(eager_update, mods32)
     return inputs, keep, calls, lambda *a: ref(*(t.float() if t.is_floating_point() else t for t in a))
