@@ -108,7 +108,7 @@ def cuda_extension(torch):
     link = _shared_cxx_runtime()
     return CUDAExtension(
         name="axial_fused._C",
-        sources=["csrc/ops.cpp", "csrc/pass.cpp"] + kernel_files,
+        sources=["csrc/ops.cpp", "csrc/pass.cpp", "csrc/pair_bias.cu"] + kernel_files,
         include_dirs=[str(ROOT / "include"), str(gen_dir)],
         extra_compile_args={
             "cxx": ["-O3", "-std=c++20"] + defines,

@@ -10,6 +10,7 @@
 #include <tuple>
 #include <vector>
 
+#include "axial_fused/pair_bias.h"
 #include "pass.h"
 
 namespace axial_fused {
@@ -409,6 +410,66 @@ at::Tensor axial_attention_autocast(const at::Tensor& x, AXIAL_PASS_ARGS(r), AXI
   return out.to(autocast_result_type(x));
 }
 
+// ---- pair_bias: the protein modules' bias, linear(layer_norm(x)) head-major -----------------------
+
+// x [B, I, J, c]; norm_weight, norm_bias [c]; weight [heads, c]; all of x's dtype, on x's device.
+void check_pair_bias(const at::Tensor& x, const at::Tensor& nw, const at::Tensor& nb, const at::Tensor& w,
+                     double eps) {
+  TORCH_CHECK_VALUE(x.defined() && x.dim() == 4, "axial_fused: pair_bias: x must be [B, I, J, c], got ",
+                    x.defined() ? x.dim() : 0, " dimensions");
+  TORCH_CHECK_TYPE(dtype_code(x.scalar_type()) >= 0, "axial_fused: pair_bias: x is ", x.scalar_type(),
+                   "; supported: float32, float16, bfloat16");
+  const int64_t c = x.size(3);
+  TORCH_CHECK_VALUE(w.defined() && w.dim() == 2 && w.size(1) == c && w.size(0) >= 1 && w.size(0) <= kPairBiasMaxHeads,
+                    "axial_fused: pair_bias: weight has shape ", w.defined() ? w.sizes() : at::IntArrayRef{},
+                    ", expected [heads, ", c, "] with 1 <= heads <= ", kPairBiasMaxHeads);
+  TORCH_CHECK_VALUE(c >= 1 && c <= kPairBiasMaxC, "axial_fused: pair_bias: x has ", c,
+                    " channels; supported: 1 to ", kPairBiasMaxC);
+  const auto name = [](int f) { return f == 0 ? "norm_weight" : "norm_bias"; };
+  for (int f = 0; f < 2; ++f) check_weight(f == 0 ? nw : nb, x, [&] { return std::string("pair_bias: ") + name(f); }, {c});
+  TORCH_CHECK_TYPE(w.scalar_type() == x.scalar_type(), "axial_fused: pair_bias: weight is ", w.scalar_type(),
+                   " but x is ", x.scalar_type(), "; x and the weights must share one dtype");
+  TORCH_CHECK_VALUE(w.device() == x.device(), "axial_fused: pair_bias: weight is on ", w.device(), " but x is on ",
+                    x.device());
+  TORCH_CHECK_VALUE(std::isfinite(eps) && eps > 0, "axial_fused: pair_bias: eps must be a positive finite number, got ",
+                    eps);
+}
+
+at::Tensor pair_bias_cuda(const at::Tensor& x, const at::Tensor& nw, const at::Tensor& nb, const at::Tensor& w,
+                          double eps) {
+  check_pair_bias(x, nw, nb, w, eps);
+  TORCH_CHECK_VALUE(x.is_cuda(), "axial_fused: pair_bias: the CUDA kernel got x on ", x.device());
+  const c10::cuda::CUDAGuard guard(x.device());
+  const at::Tensor xc = x.contiguous(), nwc = nw.contiguous(), nbc = nb.contiguous(), wc = w.contiguous();
+  at::Tensor out = at::empty({x.size(0), w.size(0), x.size(1), x.size(2)}, x.options());
+  const cudaError_t err = launch_pair_bias(
+      dtype_code(x.scalar_type()), xc.data_ptr(), nwc.data_ptr(), nbc.data_ptr(), wc.data_ptr(), out.data_ptr(),
+      x.size(0) * x.size(1) * x.size(2), x.size(1) * x.size(2), int(x.size(3)), int(w.size(0)), float(eps),
+      c10::cuda::getCurrentCUDAStream(x.get_device()).stream());
+  TORCH_CHECK(err == cudaSuccess, "axial_fused: pair_bias kernel launch failed: ", cudaGetErrorString(err));
+  return out;
+}
+
+at::Tensor pair_bias_meta(const at::Tensor& x, const at::Tensor& nw, const at::Tensor& nb, const at::Tensor& w,
+                          double eps) {
+  TORCH_CHECK_VALUE(x.dim() == 4 && w.dim() == 2, "axial_fused: pair_bias: x must be [B, I, J, c] and weight "
+                    "[heads, c], got ", x.dim(), " and ", w.dim(), " dimensions");
+  if (concrete({&x, &nw, &nb, &w})) check_pair_bias(x, nw, nb, w, eps);
+  return at::empty_symint({x.sym_size(0), w.sym_size(0), x.sym_size(1), x.sym_size(2)}, x.options());
+}
+
+// With gradients required, the same in differentiable ATen ops.
+at::Tensor pair_bias_autograd(const at::Tensor& x, const at::Tensor& nw, const at::Tensor& nb, const at::Tensor& w,
+                              double eps) {
+  if (at::GradMode::is_enabled() && (x.requires_grad() || nw.requires_grad() || nb.requires_grad() || w.requires_grad())) {
+    check_pair_bias(x, nw, nb, w, eps);
+    return at::linear(at::layer_norm_symint(x, {x.sym_size(3)}, nw, nb, eps), w).permute({0, 3, 1, 2}).contiguous();
+  }
+  static const auto op = op_handle<decltype(pair_bias_cuda)>("axial_fused::pair_bias");
+  const at::AutoDispatchBelowADInplaceOrView below_autograd;
+  return op.call(x, nw, nb, w, eps);
+}
+
 const char* dtype_name(int d) { return d == kFloat32 ? "float32" : d == kFloat16 ? "float16" : "bfloat16"; }
 int dtype_from_name(const std::string& n) { return n == "float32" ? kFloat32 : n == "float16" ? kFloat16 : kBFloat16; }
 
@@ -431,21 +492,27 @@ TORCH_LIBRARY(axial_fused, m) {
       "Tensor? row_qkv_bias=None, Tensor? row_gate_weight=None, Tensor? row_gate_bias=None, "
       "Tensor? col_qkv_bias=None, Tensor? col_gate_weight=None, Tensor? col_gate_bias=None, Tensor? mask=None, "
       "Tensor? row_bias=None, Tensor? col_bias=None, bool residual=True) -> Tensor");
+  // The protein modules' pair bias: linear(layer_norm(x), weight) of x [B, I, J, c], weight
+  // [heads, c], as [B, heads, I, J] (what a pass takes as its bias).
+  m.def("pair_bias(Tensor x, Tensor norm_weight, Tensor norm_bias, Tensor weight, float eps) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(axial_fused, CUDA, m) {
   m.impl("axial_pass", &axial_pass_cuda);
   m.impl("axial_attention", &axial_attention_cuda);
+  m.impl("pair_bias", &pair_bias_cuda);
 }
 
 TORCH_LIBRARY_IMPL(axial_fused, Meta, m) {
   m.impl("axial_pass", &axial_pass_meta);
   m.impl("axial_attention", &axial_attention_meta);
+  m.impl("pair_bias", &pair_bias_meta);
 }
 
 TORCH_LIBRARY_IMPL(axial_fused, Autograd, m) {
   m.impl("axial_pass", &axial_pass_autograd);
   m.impl("axial_attention", &axial_attention_autograd);
+  m.impl("pair_bias", &pair_bias_autograd);
 }
 
 TORCH_LIBRARY_IMPL(axial_fused, AutocastCUDA, m) {

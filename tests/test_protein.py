@@ -337,7 +337,7 @@ def test_modules_fused_match_float64(name, dt):
             out = mod(*(strided(t) if t.dim() == 4 else t for t in xs))
         # PyTorch's own error at this dtype: the same pass in PyTorch ops (the modules' fallback code)
         torch_out = _torch_reference(name, mod, xs)
-    err, torch_err = rel_err(out, want), rel_err(torch_out, want)
+    err, torch_err = rel_err(out.cpu(), want), rel_err(torch_out.cpu(), want)
     tol = 1e-5 if dtype == torch.float32 and not torch.backends.cuda.matmul.allow_tf32 else 2 * torch_err + FLOOR[dtype]
     assert err <= tol, f"error {err:.3g} > tolerance {tol:.3g} (PyTorch at {dt}: {torch_err:.3g})"
 
@@ -376,6 +376,75 @@ def test_patch_esm_fused_matches_unpatched(dt):
             got = model(tokens)["logits"]
     err, torch_err = rel_err(got.cpu(), want), rel_err(plain.cpu(), want)
     assert err <= 2 * torch_err + FLOOR[DTYPES[dt]], (err, torch_err)
+
+
+# ---- the pair-bias kernel ---------------------------------------------------------------------------
+
+needs_ext = pytest.mark.skipif(_ext.C is None, reason="needs the compiled extension")
+
+
+def pair_bias_inputs(B, I, J, c, heads, dtype, device, seed, requires_grad=False):
+    g = torch.Generator().manual_seed(seed)
+    r = lambda *s, scale=1.0: (scale * torch.randn(*s, generator=g)).to(device, dtype).requires_grad_(requires_grad)
+    return r(B, I, J, c, scale=2.0) + 0.5, 1 + r(c, scale=0.3), r(c, scale=0.3), r(heads, c, scale=c ** -0.5)
+
+
+def pair_bias64(x, nw, nb, w, eps=1e-5):
+    x, nw, nb, w = (t.detach().cpu().double() for t in (x, nw, nb, w))
+    return torch.nn.functional.linear(torch.nn.functional.layer_norm(x, x.shape[-1:], nw, nb, eps), w).movedim(-1, -3)
+
+
+@needs_ext
+def test_pair_bias_op_registrations_cpu():
+    """The op's schema, Meta kernel and (with gradients required, on any device) its Autograd kernel,
+    whose ATen computation matches the float64 reference."""
+    op = torch.ops.axial_fused.pair_bias.default
+    torch.library.opcheck(op, (*pair_bias_inputs(2, 3, 5, 16, 4, torch.float32, "meta", 0), 1e-5))
+    args = pair_bias_inputs(2, 3, 5, 16, 4, torch.float32, "cpu", 1, requires_grad=True)
+    torch.library.opcheck(op, (*args, 1e-5))
+    out = op(*args, 1e-5)
+    assert out.shape == (2, 4, 3, 5) and rel_err(out.detach(), pair_bias64(*args)) < 1e-5
+
+
+@needs_ext
+def test_pair_bias_bad_inputs_name_the_argument():
+    op = torch.ops.axial_fused.pair_bias
+    x, nw, nb, w = pair_bias_inputs(1, 3, 5, 16, 4, torch.float32, "meta", 2)
+    bad = [((x[0], nw, nb, w, 1e-5), ValueError, "x must be .B, I, J, c.|must be .B, I, J, c. and weight"),
+           ((x, nw, nb, w[:, :8], 1e-5), ValueError, r"weight has shape \[4, 8\], expected \[heads, 16\]"),
+           ((x, nw, nb, torch.empty(33, 16, device="meta"), 1e-5), ValueError, "1 <= heads <= 32"),
+           ((x, nw[:8], nb, w, 1e-5), ValueError, "norm_weight"),
+           ((x, nw, nb, w.half(), 1e-5), TypeError, "weight is Half but x is Float"),
+           ((x.double(), nw.double(), nb.double(), w.double(), 1e-5), TypeError, "x is Double; supported"),
+           ((torch.empty(1, 3, 5, 1025, device="meta"), torch.empty(1025, device="meta"),
+             torch.empty(1025, device="meta"), torch.empty(4, 1025, device="meta"), 1e-5), ValueError,
+            "1025 channels; supported: 1 to 1024"),
+           ((x, nw, nb, w, 0.0), ValueError, "eps must be a positive finite number")]
+    for args, exc, msg in bad:
+        with pytest.raises(exc, match=msg):
+            op(*args)
+
+
+@gpu
+@pytest.mark.parametrize("dt", list(DTYPES))
+@pytest.mark.parametrize("c,heads", [(128, 4), (64, 8), (100, 3), (300, 1), (1024, 32)])
+def test_pair_bias_kernel_matches_float64(c, heads, dt):
+    """The pair-bias kernel against float64, judged against PyTorch's LayerNorm + Linear at the same
+    dtype, the output poisoned first; an odd plane, x strided (the op copies it) and x contiguous at
+    an address that is not 16-byte aligned (the kernel's scalar loads)."""
+    dtype = DTYPES[dt]
+    x, nw, nb, w = pair_bias_inputs(2, 7, 33, c, heads, dtype, "cuda", c + heads)
+    want = pair_bias64(x, nw, nb, w)
+    shifted = torch.empty(x.numel() + 1, device="cuda", dtype=dtype)[1:].view(x.shape).copy_(x)
+    with torch.inference_mode():
+        plain = torch.nn.functional.linear(torch.nn.functional.layer_norm(x, (c,), nw, nb, 1e-5), w).movedim(-1, -3)
+        torch_err = rel_err(plain.cpu(), want)
+        for layout, xin in [("strided", x.transpose(1, 2).contiguous().transpose(1, 2)), ("unaligned", shifted)]:
+            torch.full((1 << 24,), float("nan"), device="cuda")  # poison the allocator's free blocks
+            got = torch.ops.axial_fused.pair_bias(xin, nw, nb, w, 1e-5)
+            assert got.shape == (2, heads, 7, 33) and got.dtype == dtype and got.is_contiguous()
+            err = rel_err(got.cpu(), want)
+            assert err <= 2 * torch_err + FLOOR[dtype], f"{layout}: error {err:.3g} (PyTorch at {dt}: {torch_err:.3g})"
 
 
 # ---- the protein benchmark's blocks ------------------------------------------------------------------

@@ -8,9 +8,10 @@ fair-esm ``MSATransformer`` on the fused kernels with the model's own weights.
 
 Each forward is one fused pass (``axial_pass`` with ``residual=False``): LayerNorm, the q/k/v and gate
 projections, attention with the key mask and the pass's bias, the gate and the output projection.
-The bias is computed in PyTorch as OpenFold does (``linear_z(layer_norm_z(z))``, the triangle bias
-``linear(layer_norm(x))``) and read by the kernels through its strides; the column passes (MSA column
-attention, the ending node) read the grid through strides, never transposed. Where a call cannot be
+The bias (OpenFold's ``linear_z(layer_norm_z(z))``, the triangle bias ``linear(layer_norm(x))``) is one
+more kernel, ``torch.ops.axial_fused.pair_bias``, which writes it head-major as the pass reads it
+(PyTorch's ops where that kernel cannot run); the column passes (MSA column attention, the ending
+node) read the grid through strides, never transposed. Where a call cannot be
 fused (``c_hidden * no_heads != c_in``, a dtype, shape or device without kernels, gradients
 required) the same result is computed with PyTorch ops after a one-time warning.
 
@@ -28,7 +29,8 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
-from .functional import PassWeights, _warn_once, axial_pass
+from . import _ext
+from .functional import _DTYPE_NAMES, PassWeights, _arch_reason, _warn_once, axial_pass
 from .reference import replace_absent
 
 __all__ = ["MSAAttention", "MSARowAttentionWithPairBias", "MSAColumnAttention", "TriangleAttention",
@@ -78,6 +80,26 @@ def _check_mask(mask, x: torch.Tensor, what: str) -> None:
     if tuple(mask.shape) != tuple(x.shape[:-1]):
         raise ValueError(f"mask has shape {tuple(mask.shape)}, expected {what} = {tuple(x.shape[:-1])} "
                          f"(the input's shape without its channels)")
+
+
+@torch.compiler.assume_constant_result
+def _kernels_run_on(device: int) -> bool:
+    """Whether GPU `device` runs the extension's kernels (marked constant for torch.compile: it calls
+    into the extension, which dynamo cannot trace)."""
+    return _ext.C is not None and _arch_reason(device) is None
+
+
+def _pair_bias(x: torch.Tensor, norm: nn.LayerNorm, linear: nn.Linear) -> torch.Tensor:
+    """linear(norm(x)) moved head-major: [*, heads, I, J] for x [*, I, J, c]. One kernel on CUDA when
+    x and the three weights share a float dtype and autocast is off; PyTorch's ops otherwise (the op
+    itself takes the ATen path when gradients are required)."""
+    w = linear.weight
+    if (x.is_cuda and x.dtype in _DTYPE_NAMES and norm.weight is not None and norm.bias is not None
+            and norm.weight.dtype == norm.bias.dtype == w.dtype == x.dtype and x.shape[-1] <= 1024
+            and w.shape[0] <= 32 and not torch.is_autocast_enabled("cuda") and _kernels_run_on(x.device.index)):
+        out = torch.ops.axial_fused.pair_bias(x.reshape(-1, *x.shape[-3:]), norm.weight, norm.bias, w, norm.eps)
+        return out.reshape(*x.shape[:-3], *out.shape[-3:])
+    return linear(norm(x)).movedim(-1, -3)
 
 
 def _torch_pass(x, norm: nn.LayerNorm, mha: Attention, axis: str, mask, bias) -> torch.Tensor:
@@ -151,7 +173,7 @@ class MSAAttention(nn.Module):
             if tuple(z.shape[-3:-1]) != (n_res, n_res) or z.shape[:-3] != m.shape[:-3]:
                 raise ValueError(f"z has shape {tuple(z.shape)}, expected [*, N_res, N_res, c_z] = "
                                  f"{(*m.shape[:-3], n_res, n_res, self.c_z)} for m of shape {tuple(m.shape)}")
-            bias = self.linear_z(self.layer_norm_z(z)).movedim(-1, -3)  # [*, heads, N_res, N_res]
+            bias = _pair_bias(z, self.layer_norm_z, self.linear_z)  # [*, heads, N_res, N_res]
         return _update(m, self.layer_norm_m, self.mha, "row", mask, bias)
 
 
@@ -200,9 +222,9 @@ class TriangleAttention(nn.Module):
         if x.shape[-3] != x.shape[-2]:
             raise ValueError(f"x has shape {tuple(x.shape)}: the triangle bias needs a square pair "
                              f"representation [*, N_res, N_res, c_in]")
-        t = self.linear(self.layer_norm(x))  # [*, I, J, heads]
-        # starting node: bias[h, q, k] = t[q, k, h]; ending node (the transposed frame): t[k, q, h]
-        bias = t.movedim(-1, -3) if self.starting else t.movedim(-1, -3).transpose(-1, -2)
+        t = _pair_bias(x, self.layer_norm, self.linear)  # [*, heads, I, J]: t[h, i, j] = linear(LN(x[i, j]))[h]
+        # starting node: bias[h, q, k] = t[h, q, k]; ending node (the transposed frame): t[h, k, q]
+        bias = t if self.starting else t.transpose(-1, -2)
         return _update(x, self.layer_norm, self.mha, "row" if self.starting else "col", mask, bias)
 
 

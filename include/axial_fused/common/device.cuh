@@ -51,18 +51,21 @@ template <> struct Pack2<__half> {
   static __device__ __forceinline__ __half2 make(float a, float b) { return __floats2half2_rn(a, b); }
   static __device__ __forceinline__ float2 unpack(__half2 v) { return __half22float2(v); }
   static __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+  static __device__ __forceinline__ __half from_float(float v) { return __float2half_rn(v); }
 };
 template <> struct Pack2<__nv_bfloat16> {
   using type = __nv_bfloat162;
   static __device__ __forceinline__ __nv_bfloat162 make(float a, float b) { return __floats2bfloat162_rn(a, b); }
   static __device__ __forceinline__ float2 unpack(__nv_bfloat162 v) { return __bfloat1622float2(v); }
   static __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+  static __device__ __forceinline__ __nv_bfloat16 from_float(float v) { return __float2bfloat16_rn(v); }
 };
 template <> struct Pack2<float> {
   using type = float2;
   static __device__ __forceinline__ float2 make(float a, float b) { return make_float2(a, b); }
   static __device__ __forceinline__ float2 unpack(float2 v) { return v; }
   static __device__ __forceinline__ float to_float(float v) { return v; }
+  static __device__ __forceinline__ float from_float(float v) { return v; }
 };
 
 // Store two adjacent values (8-byte or 4-byte aligned pair).
