@@ -7,35 +7,33 @@
 namespace axial_fused {
 namespace {
 
-template <class T, int NPL, bool VEC>
+template <class T, int HMAX, bool VEC>
 cudaError_t launch_one(const PairBiasParams& p, cudaStream_t stream) {
-  const size_t smem = size_t(2 + p.heads) * p.c * sizeof(float);
+  const size_t smem = pair_bias_smem<HMAX>(p.c);
   if (smem > 48 * 1024) {
-    const cudaError_t e = cudaFuncSetAttribute(pair_bias_kernel<T, NPL, VEC>,
+    const cudaError_t e = cudaFuncSetAttribute(pair_bias_kernel<T, HMAX, VEC>,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
     if (e != cudaSuccess) return e;
   }
-  const int64_t per_block = int64_t(kPairBiasWarps) * kPairBiasTokens;
-  const int64_t blocks = (p.tokens + per_block - 1) / per_block;
-  pair_bias_kernel<T, NPL, VEC>
-      <<<unsigned(blocks < kPairBiasBlocks ? blocks : kPairBiasBlocks), 32 * kPairBiasWarps, smem, stream>>>(p);
+  const int64_t blocks = (p.tokens + kPairBiasThreads - 1) / kPairBiasThreads;
+  pair_bias_kernel<T, HMAX, VEC>
+      <<<unsigned(blocks < kPairBiasBlocks ? blocks : kPairBiasBlocks), kPairBiasThreads, smem, stream>>>(p);
   return cudaGetLastError();
 }
 
-// NPL = the channels a lane holds; the vector form when they are exactly 32 * NPL and x is aligned.
-template <class T, int NPL>
-cudaError_t launch_npl(const PairBiasParams& p, cudaStream_t stream) {
-  const bool vec = p.c == 32 * NPL && reinterpret_cast<uintptr_t>(p.x) % 16 == 0;
-  return vec ? launch_one<T, NPL, true>(p, stream) : launch_one<T, NPL, false>(p, stream);
+// The vector loads when a row is whole 128-byte chunks and x is 16-byte aligned.
+template <class T, int HMAX>
+cudaError_t launch_heads(const PairBiasParams& p, cudaStream_t stream) {
+  const bool vec = p.c % (128 / int(sizeof(T))) == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0;
+  return vec ? launch_one<T, HMAX, true>(p, stream) : launch_one<T, HMAX, false>(p, stream);
 }
 
 template <class T>
 cudaError_t launch_typed(const PairBiasParams& p, cudaStream_t stream) {
-  if (p.c <= 64) return launch_npl<T, 2>(p, stream);
-  if (p.c <= 128) return launch_npl<T, 4>(p, stream);
-  if (p.c <= 256) return launch_npl<T, 8>(p, stream);
-  if (p.c <= 512) return launch_npl<T, 16>(p, stream);
-  return launch_npl<T, 32>(p, stream);
+  if (p.heads <= 4) return launch_heads<T, 4>(p, stream);
+  if (p.heads <= 8) return launch_heads<T, 8>(p, stream);
+  if (p.heads <= 16) return launch_heads<T, 16>(p, stream);
+  return launch_heads<T, 32>(p, stream);
 }
 
 }  // namespace

@@ -171,15 +171,23 @@ void run_pass(const SpecInfo* spec, const at::Tensor& in, const at::Tensor& out,
   p.w_out = w.out_w.data_ptr();
   p.b_out = w.out_b.data_ptr();
   // The gate runs as a fourth block of the QKV product: W_qkv and W_g stacked, their biases too (a
-  // zero bias for whichever is absent). Kept alive until the launch is enqueued (stream-ordered frees).
+  // zero bias for whichever is absent). Where the gate's tensor already follows the q/k/v one in
+  // memory (the protein modules pass views of one stacked tensor) the product reads them in place;
+  // otherwise they are stacked here, kept alive until the launch is enqueued (stream-ordered frees).
+  const auto follows = [](const at::Tensor& a, const at::Tensor& b) {  // (both contiguous by now)
+    return static_cast<const char*>(b.data_ptr()) == static_cast<const char*>(a.data_ptr()) + a.nbytes();
+  };
   at::Tensor w_qkv = w.qkv_w, qkv_bias = w.qkv_b;
   p.gated = w.gate_w.defined();
   p.nq = int((p.gated ? 4 : 3) * D);
   if (p.gated) {
-    w_qkv = at::cat({w.qkv_w, w.gate_w});
-    if (w.qkv_b.defined() || w.gate_b.defined())
+    if (!follows(w.qkv_w, w.gate_w)) w_qkv = at::cat({w.qkv_w, w.gate_w});
+    if (w.qkv_b.defined() && w.gate_b.defined() && follows(w.qkv_b, w.gate_b)) {
+      qkv_bias = w.qkv_b;
+    } else if (w.qkv_b.defined() || w.gate_b.defined()) {
       qkv_bias = at::cat({w.qkv_b.defined() ? w.qkv_b : at::zeros({3 * D}, w.qkv_w.options()),
                           w.gate_b.defined() ? w.gate_b : at::zeros({D}, w.qkv_w.options())});
+    }
   }
   p.w_qkv = w_qkv.data_ptr();
   p.qkv_bias = qkv_bias.defined() ? qkv_bias.data_ptr() : nullptr;

@@ -52,17 +52,21 @@ class Attention(nn.Module):
         self.linear_v = nn.Linear(c_in, hidden, bias=False)
         self.linear_o = nn.Linear(hidden, c_in)
         self.linear_g = nn.Linear(c_in, hidden)
-        self._qkv = (None, None)  # (key, W_qkv): the stacked projection, rebuilt when a weight changes
+        self._stacked = (None, None)  # (key, (W, b)): the stacked projection, rebuilt when a weight changes
 
-    def stacked_qkv(self) -> torch.Tensor:
-        """[W_q; W_k; W_v] ([3 * hidden, c_in]), kept between calls while the three are unchanged."""
-        ws = (self.linear_q.weight, self.linear_k.weight, self.linear_v.weight)
-        if torch.compiler.is_compiling() or (torch.is_grad_enabled() and any(w.requires_grad for w in ws)):
-            return torch.cat(ws)
-        key = tuple((w.data_ptr(), w._version, w.dtype, w.device) for w in ws)
-        if self._qkv[0] != key:
-            self._qkv = (key, torch.cat(ws))
-        return self._qkv[1]
+    def stacked(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """W = [W_q; W_k; W_v; W_g] ([4 * hidden, c_in]) and b = [0; b_g] ([4 * hidden]): the pass's q/k/v
+        and gate weights are views of these, adjacent in memory, so the op reads them in place instead of
+        stacking them every call; kept between calls while the weights are unchanged."""
+        ps = (self.linear_q.weight, self.linear_k.weight, self.linear_v.weight, self.linear_g.weight,
+              self.linear_g.bias)
+        build = lambda: (torch.cat(ps[:4]), torch.cat([ps[4].new_zeros(3 * ps[4].shape[0]), ps[4]]))
+        if torch.compiler.is_compiling() or (torch.is_grad_enabled() and any(t.requires_grad for t in ps)):
+            return build()
+        key = tuple((t.data_ptr(), t._version, t.dtype, t.device) for t in ps)
+        if self._stacked[0] != key:
+            self._stacked = (key, build())
+        return self._stacked[1]
 
 
 def _check_input(name: str, t, last: int, what: str) -> None:
@@ -138,8 +142,10 @@ def _update(x: torch.Tensor, norm: nn.LayerNorm, mha: Attention, axis: str, mask
                    f"({grid[-1]}); the fused kernels need them equal")
         out = _torch_pass(x4, norm, mha, axis, m4, b4)
     else:
-        pw = PassWeights(norm.weight, norm.bias, mha.stacked_qkv(), mha.linear_o.weight, mha.linear_o.bias,
-                         gate_weight=mha.linear_g.weight, gate_bias=mha.linear_g.bias)
+        w, b = mha.stacked()
+        n = 3 * mha.c_hidden * heads
+        pw = PassWeights(norm.weight, norm.bias, w[:n], mha.linear_o.weight, mha.linear_o.bias, qkv_bias=b[:n],
+                         gate_weight=w[n:], gate_bias=b[n:])
         out = axial_pass(x4, pw, num_heads=heads, axis=axis, eps=norm.eps, mask=m4, bias=b4, residual=False)
     return out.reshape(*lead, *grid)
 
