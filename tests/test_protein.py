@@ -223,6 +223,40 @@ def test_leading_dims_extra_kwargs_and_no_mask():
     assert rel_err(one, msa_row64(mod, m[0], z[0], None)) < 1e-5
 
 
+def test_projection_weights_follow_every_change():
+    """The q/k/v/gate weights the pass reads (views of one shared tensor) follow every way a
+    parameter changes: .data writes (which bump no version counter), no_grad in-place updates,
+    load_state_dict (in place and with assign=True), a replaced parameter, a dtype conversion and a
+    deepcopy; each output against the float64 algorithm of the weights at that moment."""
+    import copy
+    _, mod, (m, z, mask), _ = cases("cpu")[0]
+    check = lambda mod, tol=1e-5: rel_err(mod(m, z, mask).double(), torch.stack(
+        [msa_row64(mod, m[b].to(torch.float64), z[b].to(torch.float64), mask[b]) for b in range(m.shape[0])])) < tol
+    mha = mod.mha
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", af.FusedFallbackWarning)
+        assert check(mod)
+        mha.linear_g.weight.data.mul_(-2.0)
+        mha.linear_g.bias.data.add_(0.7)
+        assert check(mod)
+        mha.linear_k.weight.add_(0.1)
+        assert check(mod)
+        other = randomise(protein.MSARowAttentionWithPairBias(64, 16, 16, 4), 20)
+        mod.load_state_dict(other.state_dict())
+        assert check(mod) and rel_err(mod(m, z, mask), other(m, z, mask)) < 1e-6
+        mod.load_state_dict(randomise(protein.MSARowAttentionWithPairBias(64, 16, 16, 4), 21).state_dict(),
+                            assign=True)
+        assert mha is mod.mha and mha._shared() and check(mod)
+        mha.linear_q.weight = torch.nn.Parameter(torch.randn(64, 64) / 8)
+        assert not mha._shared() and check(mod)
+        twin = copy.deepcopy(mod)
+        assert rel_err(twin(m, z, mask), mod(m, z, mask)) < 1e-6
+        mod.double()
+        assert mha._shared() and mha.linear_q.weight.dtype == torch.float64
+        m, z = m.double(), z.double()
+        assert check(mod, 1e-12)
+
+
 def test_c_hidden_not_matching_channels_falls_back():
     """c_hidden * no_heads != c_m (no fused kernel): the same result in PyTorch after a warning."""
     mod = randomise(protein.MSARowAttentionWithPairBias(64, 16, 8, 4), 3)  # 8 * 4 = 32 != 64

@@ -41,7 +41,14 @@ _EPS = 1e-5  # OpenFold's LayerNorm
 
 class Attention(nn.Module):
     """The parameters of OpenFold's gated ``Attention`` (``mha``): ``linear_q``, ``linear_k``,
-    ``linear_v`` without bias, ``linear_g`` and ``linear_o`` with bias; ``c_hidden`` per head."""
+    ``linear_v`` without bias, ``linear_g`` and ``linear_o`` with bias; ``c_hidden`` per head.
+
+    W_q, W_k, W_v and W_g are views of one tensor ``[W_q; W_k; W_v; W_g]`` and b_g the tail of
+    ``[0; b_g]`` (the state_dict keys are nn.Linear's as ever), so a fused pass reads the four as
+    one product's weights, in place: every in-place change (``load_state_dict``, an optimizer step,
+    ``.data`` writes) lands in that storage. Moving or converting the module (``.to``, ``.half``)
+    and ``load_state_dict(..., assign=True)`` put them back into one; parameters replaced in any
+    other way are stacked by a copy at each call."""
 
     def __init__(self, c_in: int, c_hidden: int, no_heads: int):
         super().__init__()
@@ -52,21 +59,60 @@ class Attention(nn.Module):
         self.linear_v = nn.Linear(c_in, hidden, bias=False)
         self.linear_o = nn.Linear(hidden, c_in)
         self.linear_g = nn.Linear(c_in, hidden)
-        self._stacked = (None, None)  # (key, (W, b)): the stacked projection, rebuilt when a weight changes
+        self._share()
+        self.register_load_state_dict_post_hook(_reshare)
+
+    def _projections(self) -> tuple[torch.Tensor, ...]:
+        return (self.linear_q.weight, self.linear_k.weight, self.linear_v.weight, self.linear_g.weight,
+                self.linear_g.bias)
+
+    def _share(self) -> None:
+        """The four weights into one tensor and b_g after zeros, the parameters made views of them."""
+        *ws, g = self._projections()
+        with torch.no_grad():
+            W = torch.cat([w.detach() for w in ws])
+            b = torch.cat([g.detach().new_zeros(3 * g.shape[0]), g.detach()])
+        row = 0
+        for w in ws:
+            w.data = W[row:row + w.shape[0]]
+            row += w.shape[0]
+        g.data = b[3 * g.shape[0]:]
+        self._W, self._b = W, b
+
+    def _shared(self) -> bool:
+        """Whether the parameters are still views of self._W and self._b, in order."""
+        *ws, g = self._projections()
+        W, b = self._W, self._b
+        if W.device != g.device or W.dtype != ws[0].dtype or b.dtype != g.dtype:
+            return False
+        at = W.data_ptr()
+        for w in ws:
+            if not w.is_contiguous() or w.dtype != W.dtype or w.data_ptr() != at:
+                return False
+            at += w.nbytes
+        return (at == W.data_ptr() + W.nbytes and g.is_contiguous()
+                and g.data_ptr() == b.data_ptr() + 3 * g.nbytes and b.numel() == 4 * g.numel())
+
+    def _apply(self, fn, recurse=True):
+        out = super()._apply(fn, recurse)  # (.to / .cuda / .half give each parameter its own tensor)
+        self._share()
+        return out
 
     def stacked(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """W = [W_q; W_k; W_v; W_g] ([4 * hidden, c_in]) and b = [0; b_g] ([4 * hidden]): the pass's q/k/v
-        and gate weights are views of these, adjacent in memory, so the op reads them in place instead of
-        stacking them every call; kept between calls while the weights are unchanged."""
-        ps = (self.linear_q.weight, self.linear_k.weight, self.linear_v.weight, self.linear_g.weight,
-              self.linear_g.bias)
-        build = lambda: (torch.cat(ps[:4]), torch.cat([ps[4].new_zeros(3 * ps[4].shape[0]), ps[4]]))
-        if torch.compiler.is_compiling() or (torch.is_grad_enabled() and any(t.requires_grad for t in ps)):
-            return build()
-        key = tuple((t.data_ptr(), t._version, t.dtype, t.device) for t in ps)
-        if self._stacked[0] != key:
-            self._stacked = (key, build())
-        return self._stacked[1]
+        """W = [W_q; W_k; W_v; W_g] ([4 * hidden, c_in]) and b = [0; b_g] ([4 * hidden]): the shared
+        tensors themselves (no copy) where the parameters are their views and neither gradients nor
+        torch.compile's tracing need differentiable, traceable ops; otherwise stacked by a copy."""
+        ps = self._projections()
+        if not torch.compiler.is_compiling() and not (torch.is_grad_enabled() and any(t.requires_grad for t in ps)):
+            if self._shared():
+                return self._W, self._b
+        return torch.cat(ps[:4]), torch.cat([ps[4].new_zeros(3 * ps[4].shape[0]), ps[4]])
+
+
+def _reshare(module: Attention, incompatible_keys) -> None:
+    """load_state_dict's post hook: with assign=True the parameters are new tensors; share them again."""
+    if not module._shared():
+        module._share()
 
 
 def _check_input(name: str, t, last: int, what: str) -> None:
