@@ -182,12 +182,10 @@ void run_pass(const SpecInfo* spec, const at::Tensor& in, const at::Tensor& out,
   p.nq = int((p.gated ? 4 : 3) * D);
   if (p.gated) {
     if (!follows(w.qkv_w, w.gate_w)) w_qkv = at::cat({w.qkv_w, w.gate_w});
-    if (w.qkv_b.defined() && w.gate_b.defined() && follows(w.qkv_b, w.gate_b)) {
-      qkv_bias = w.qkv_b;
-    } else if (w.qkv_b.defined() || w.gate_b.defined()) {
+    const bool biases_follow = w.qkv_b.defined() && w.gate_b.defined() && follows(w.qkv_b, w.gate_b);
+    if (!biases_follow && (w.qkv_b.defined() || w.gate_b.defined()))
       qkv_bias = at::cat({w.qkv_b.defined() ? w.qkv_b : at::zeros({3 * D}, w.qkv_w.options()),
                           w.gate_b.defined() ? w.gate_b : at::zeros({D}, w.qkv_w.options())});
-    }
   }
   p.w_qkv = w_qkv.data_ptr();
   p.qkv_bias = qkv_bias.defined() ? qkv_bias.data_ptr() : nullptr;

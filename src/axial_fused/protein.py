@@ -132,11 +132,16 @@ def _check_mask(mask, x: torch.Tensor, what: str) -> None:
                          f"(the input's shape without its channels)")
 
 
+_kernels_run_on_cache: dict[int, bool] = {}
+
+
 @torch.compiler.assume_constant_result
 def _kernels_run_on(device: int) -> bool:
-    """Whether GPU `device` runs the extension's kernels (marked constant for torch.compile: it calls
-    into the extension, which dynamo cannot trace)."""
-    return _ext.C is not None and _arch_reason(device) is None
+    """Whether GPU `device` runs the extension's kernels; cached (it is asked on every forward).
+    Marked constant for torch.compile: it calls into the extension, which dynamo cannot trace."""
+    if device not in _kernels_run_on_cache:
+        _kernels_run_on_cache[device] = _ext.C is not None and _arch_reason(device) is None
+    return _kernels_run_on_cache[device]
 
 
 def _pair_bias(x: torch.Tensor, norm: nn.LayerNorm, linear: nn.Linear) -> torch.Tensor:
