@@ -3,7 +3,8 @@
 Install-time options (environment variables):
   AXIAL_FUSED_SPECS    which (dtype, dim, heads) specializations to compile: default | minimal |
                        DIMxHEADS[:DTYPE],...   (src/axial_fused/_specs.py documents them)
-  AXIAL_FUSED_ARCHS    GPU archs to compile for, e.g. "80;90a" (the default)
+  AXIAL_FUSED_ARCHS    GPU archs to compile for: "80+PTX;90a" (the default: sm_80 and sm_90a code, plus
+                       compute_80 PTX, which the driver JIT-compiles once on any newer GPU), or e.g. "90a"
   AXIAL_FUSED_NO_CUDA  "1": build without the CUDA extension, the PyTorch reference path only (for a
                        machine without a CUDA toolkit; the package says so at import and in
                        `python -m axial_fused.info`). Without it, a missing toolkit stops the build.
@@ -12,10 +13,12 @@ Install-time options (environment variables):
   MAX_JOBS             parallel compile jobs (ninja)
   CUDA_HOME            the CUDA toolkit root (the folder holding bin/nvcc and lib/)
 
-torch must be installed before building (`pip install --no-build-isolation ...`): the extension is
-compiled against the torch it will run with. A build records what it was built against in
-src/axial_fused/_build_info.py (not tracked) and tags the version with it, e.g. 0.1.0+cu130torch2.11.
-An sdist needs neither torch nor CUDA.
+torch must be installed before building (`pip install --no-build-isolation ...`). The binding uses
+LibTorch's stable ABI only, compiled with TORCH_TARGET_VERSION = 2.11, and Python's limited API: the
+one binary (a cp310-abi3 wheel) runs under every torch from 2.11 on and every Python from 3.10 on,
+with the CUDA major version it was built against (libcudart.so.N). A build records what it was built
+against in src/axial_fused/_build_info.py (not tracked) and tags the version with the CUDA major,
+e.g. 0.1.0+cu13. An sdist needs neither torch nor CUDA.
 """
 import importlib.util
 import os
@@ -40,10 +43,14 @@ def _load(name, path):
 specs_mod = _load("_axial_specs", PKG / "_specs.py")
 version_mod = _load("_axial_version", PKG / "_version.py")
 
+# The oldest torch the binary runs under: the stable-ABI version its headers are held to.
+TORCH_FLOOR = (2, 11)
+TORCH_TARGET_VERSION = f"0x{TORCH_FLOOR[0]:02x}{TORCH_FLOOR[1]:02x}000000000000"
+
 _HOW_TO_INSTALL = (
-    "Prebuilt wheels need no CUDA toolkit: see the README's install section for the wheel matching your torch "
-    "and CUDA. To build from source: install torch (a CUDA build) and a CUDA toolkit of the same major version, "
-    "then `pip install --no-build-isolation axial-fused`. For the PyTorch reference path only (no fused kernels), "
+    "Prebuilt wheels need no CUDA toolkit: see the README's install section for the wheel of your torch's CUDA "
+    "major version. To build from source: install torch >= 2.11 (a CUDA build) and a CUDA toolkit of the same "
+    "major version, then `pip install --no-build-isolation axial-fused`. For the PyTorch reference path only (no fused kernels), "
     "build with AXIAL_FUSED_NO_CUDA=1.")
 
 
@@ -79,6 +86,9 @@ def _torch_with_cuda():
     from torch.utils.cpp_extension import CUDA_HOME
     if torch.version.cuda is None:
         _fail(f"the installed torch {torch.__version__} is a CPU-only build.")
+    if tuple(int(v) for v in version_mod.torch_minor(torch.__version__).split(".")) < TORCH_FLOOR:
+        _fail(f"the installed torch {torch.__version__} predates the stable ABI this binding needs "
+              f"(torch >= {TORCH_FLOOR[0]}.{TORCH_FLOOR[1]}).")
     if CUDA_HOME is None or not (Path(CUDA_HOME) / "bin" / "nvcc").exists():
         _fail(f"no CUDA toolkit found (CUDA_HOME={os.environ.get('CUDA_HOME')!r}, no nvcc on PATH); torch "
               f"{torch.__version__} needs CUDA {torch.version.cuda}.")
@@ -101,21 +111,25 @@ def cuda_extension(torch):
 
     defines = [
         f'-DAXIAL_FUSED_ARCH_LIST="{";".join(archs)}"',
+        f"-DTORCH_TARGET_VERSION={TORCH_TARGET_VERSION}",
         f'-DAXIAL_FUSED_TORCH_VERSION="{torch.__version__}"',
         f'-DAXIAL_FUSED_SPECS_OPTION="{os.environ.get("AXIAL_FUSED_SPECS", "default")}"',
     ]
-    gencode = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs]
+    gencode = [specs_mod.gencode_flag(a) for a in archs]
     link = _shared_cxx_runtime()
     return CUDAExtension(
         name="axial_fused._C",
-        sources=["csrc/ops.cpp", "csrc/pass.cpp", "csrc/pair_bias.cu"] + kernel_files,
+        sources=["csrc/ops.cpp", "csrc/pass.cpp", "csrc/pair_bias.cu", "csrc/device_probe.cu"] + kernel_files,
         include_dirs=[str(ROOT / "include"), str(gen_dir)],
         extra_compile_args={
-            "cxx": ["-O3", "-std=c++20"] + defines,
+            # USE_CUDA: the C shim's CUDA functions (the current stream); hidden visibility: the binary
+            # exports only its C entry points and the module init.
+            "cxx": ["-O3", "-std=c++20", "-DUSE_CUDA", "-fvisibility=hidden"] + defines,
             "nvcc": ["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-Xptxas=--warn-on-spills",
                      "-lineinfo"] + gencode + defines + shlex.split(os.environ.get("AXIAL_FUSED_NVCC_FLAGS", "")),
         },
         extra_link_args=link,
+        py_limited_api=True,
     )
 
 
@@ -138,6 +152,15 @@ def _shared_cxx_runtime() -> list[str]:
     return ["-l:libstdc++.so.6"] if os.path.isabs(found) and os.path.exists(found) else ["-lstdc++"]
 
 
+def _remove_stale_binaries() -> None:
+    """Delete binaries of builds before the limited API (``_C.cpython-*.so``) from the build folders and
+    the source package: setuptools would ship them beside ``_C.abi3.so``, and Python imports the
+    version-tagged file first."""
+    for folder in [PKG, *ROOT.glob("build/lib*/axial_fused")]:
+        for stale in folder.glob("_C.cpython-*"):
+            stale.unlink()
+
+
 def build_plan():
     """(version, ext_modules, cmdclass) for this invocation."""
     python = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -145,16 +168,18 @@ def build_plan():
         return version_mod.__version__, [], {}
     if os.environ.get("AXIAL_FUSED_NO_CUDA") == "1":
         print("axial_fused: AXIAL_FUSED_NO_CUDA=1: building without the CUDA extension (reference path only)")
-        _write_build_info(torch_version=None, cuda_version=None, python_version=python, archs="", specs="",
-                          no_cuda=True)
-        return f"{version_mod.__version__}+{version_mod.local_tag('', None)}", [], {}
+        _write_build_info(torch_version=None, cuda_version=None, python_version=python, torch_floor=None, archs="",
+                          specs="", no_cuda=True)
+        return f"{version_mod.__version__}+{version_mod.local_tag(None)}", [], {}
     torch = _torch_with_cuda()
+    _remove_stale_binaries()
     from torch.utils.cpp_extension import BuildExtension
     ext = cuda_extension(torch)
     _write_build_info(torch_version=torch.__version__, cuda_version=torch.version.cuda, python_version=python,
+                      torch_floor=".".join(map(str, TORCH_FLOOR)),
                       archs=";".join(specs_mod.parse_archs(os.environ.get("AXIAL_FUSED_ARCHS"))),
                       specs=os.environ.get("AXIAL_FUSED_SPECS", "default"), no_cuda=False)
-    version = f"{version_mod.__version__}+{version_mod.local_tag(torch.__version__, torch.version.cuda)}"
+    version = f"{version_mod.__version__}+{version_mod.local_tag(torch.version.cuda)}"
     return version, [ext], {"build_ext": BuildExtension.with_options(use_ninja=True)}
 
 
@@ -167,6 +192,8 @@ def main():
         packages=find_packages("src"),
         ext_modules=ext_modules,
         cmdclass=cmdclass,
+        # The extension uses Python's limited API only: one cp310-abi3 wheel serves Python >= 3.10.
+        options={"bdist_wheel": {"py_limited_api": "cp310"}} if ext_modules else {},
     )
 
 

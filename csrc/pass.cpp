@@ -1,8 +1,7 @@
 // Planning and launch: the registry of compiled specializations, the device facts, the planner (which
 // kernels run a pass), and run_pass (the PassParams of the row or column pass, then the launch).
-#include <ATen/Context.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAStream.h>
+#include <torch/csrc/inductor/aoti_torch/c/shim.h>
+#include <torch/csrc/stable/macros.h>
 
 #include <algorithm>
 #include <array>
@@ -28,11 +27,11 @@ const std::vector<const SpecInfo*>& registry() {
   return r;
 }
 
-int dtype_code(at::ScalarType t) {
+int dtype_code(ScalarType t) {
   switch (t) {
-    case at::kFloat: return kFloat32;
-    case at::kHalf: return kFloat16;
-    case at::kBFloat16: return kBFloat16;
+    case ScalarType::Float: return kFloat32;
+    case ScalarType::Half: return kFloat16;
+    case ScalarType::BFloat16: return kBFloat16;
     default: return -1;
   }
 }
@@ -44,26 +43,37 @@ const SpecInfo* find_spec(int dtype, int64_t dim, int64_t heads) {
 }
 
 
-bool built_with_sm90a() {
-  return (std::string(";") + AXIAL_FUSED_ARCH_LIST + ";").find(";90a;") != std::string::npos;
-}
-
 const DeviceInfo& device_info(int device) {
   static std::array<DeviceInfo, 64> infos;
   static std::array<std::once_flag, 64> once;
-  TORCH_CHECK(device >= 0 && device < 64, "axial_fused: device index ", device, " out of range");
+  STD_TORCH_CHECK(device >= 0 && device < 64, "axial_fused: device index ", device, " out of range");
   std::call_once(once[device], [device] {
     cudaDeviceProp prop;
-    C10_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+    STD_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
     infos[device].sms = prop.multiProcessorCount;
     infos[device].smem_optin = int(prop.sharedMemPerBlockOptin);
     infos[device].arch = prop.major * 10 + prop.minor;
-    infos[device].sm90a = infos[device].arch == 90 && built_with_sm90a();
+    int previous = 0;
+    STD_CUDA_CHECK(cudaGetDevice(&previous));
+    STD_CUDA_CHECK(cudaSetDevice(device));
+    infos[device].sm90a = infos[device].arch == 90 && sm90a_code_loaded();
+    STD_CUDA_CHECK(cudaSetDevice(previous));
   });
   return infos[device];
 }
 
 std::atomic<int> g_path_override{-1};
+
+// A C shim call that failed (its own message is not reachable across every torch the binary serves).
+void shim_check(AOTITorchError err, const char* call) {
+  STD_TORCH_CHECK(err == AOTI_TORCH_SUCCESS, "axial_fused: the torch C shim call ", call, " failed");
+}
+
+cudaStream_t current_stream(int device) {
+  void* stream = nullptr;
+  shim_check(aoti_torch_get_current_cuda_stream(device, &stream), "aoti_torch_get_current_cuda_stream");
+  return static_cast<cudaStream_t>(stream);
+}
 
 namespace {
 
@@ -123,14 +133,14 @@ Plan plan_pass(const SpecInfo* spec, int64_t num_seq, int len, int math, const D
   const bool fits = rows <= 0x7fffffff && spec->fused_smem_bytes(int(rows), math, gated) <= size_t(dev.smem_optin);
   const bool hopper_fused = dev.sm90a && hopper_fused_serves(spec) && len <= kHopperFusedRows && !gated;
   if (forced == kPathFusedSm90) {
-    TORCH_CHECK(hopper_fused,
+    STD_TORCH_CHECK(hopper_fused,
                 "axial_fused: the Hopper fused path was forced but needs sm_90a, float16/bfloat16, head_dim 32, an "
                 "even number of heads, dim <= 256, length <= 128 and no gate; got sm_", dev.arch, ", dim ", spec->dim,
                 ", heads ", spec->heads, ", length ", len, gated ? ", gated" : "");
     return {kPathFusedSm90, sequences_per_block_waves(num_seq, len, dev.sms)};
   }
   if (forced == kPathFused) {
-    TORCH_CHECK(fits, "axial_fused: the fused path was forced but ", len, " tokens of dim ", spec->dim,
+    STD_TORCH_CHECK(fits, "axial_fused: the fused path was forced but ", len, " tokens of dim ", spec->dim,
                 " do not fit in one block's shared memory on this device");
     return {kPathFused, group};
   }
@@ -148,7 +158,36 @@ Plan plan_pass(const SpecInfo* spec, int64_t num_seq, int len, int math, const D
 
 // ---- one pass: its parameters and its launch ------------------------------------------------------
 
-void run_pass(const SpecInfo* spec, const at::Tensor& in, const at::Tensor& out, const PassWeights& w, int64_t axis,
+namespace {
+
+// [a; b] along dim 0 in a fresh tensor of like's dtype and device (the stable ABI has no cat); an
+// undefined part is zeros of na / nb rows. The gate's weight and bias stacked after the q/k/v ones.
+Tensor stacked(const Tensor& like, const Tensor& a, int64_t na, const Tensor& b, int64_t nb) {
+  std::vector<int64_t> sizes(like.sizes().begin(), like.sizes().end());
+  sizes[0] = na + nb;
+  Tensor out = torch::stable::new_empty(like, sizes);
+  Tensor parts[2] = {torch::stable::narrow(out, 0, 0, na), torch::stable::narrow(out, 0, na, nb)};
+  const Tensor* srcs[2] = {&a, &b};
+  for (int i = 0; i < 2; ++i) {
+    if (srcs[i]->defined()) torch::stable::copy_(parts[i], *srcs[i]);
+    else torch::stable::zero_(parts[i]);
+  }
+  return out;
+}
+
+// torch.backends.cuda.matmul.allow_tf32, which float32 passes follow as nn.Linear does. The stable
+// ABI has no accessor for it: the Python package registers axial_fused::_allow_tf32 (_ops.py),
+// which reads it, and this calls that through the dispatcher.
+bool float32_matmul_allows_tf32() {
+  StableIValue stack[1];
+  shim_check(torch_call_dispatcher("axial_fused::_allow_tf32", "", stack, TORCH_ABI_VERSION),
+             "torch_call_dispatcher(axial_fused::_allow_tf32)");
+  return torch::stable::detail::to<bool>(stack[0]);
+}
+
+}  // namespace
+
+void run_pass(const SpecInfo* spec, const Tensor& in, const Tensor& out, const PassWeights& w, int64_t axis,
               double eps, const PassExtras& extras) {
   const int64_t B = in.size(0), D = in.size(3);  // H, W: checked by check_shapes
   PassParams p;
@@ -174,40 +213,40 @@ void run_pass(const SpecInfo* spec, const at::Tensor& in, const at::Tensor& out,
   // zero bias for whichever is absent). Where the gate's tensor already follows the q/k/v one in
   // memory (the protein modules pass views of one stacked tensor) the product reads them in place;
   // otherwise they are stacked here, kept alive until the launch is enqueued (stream-ordered frees).
-  const auto follows = [](const at::Tensor& a, const at::Tensor& b) {  // (both contiguous by now)
-    return static_cast<const char*>(b.data_ptr()) == static_cast<const char*>(a.data_ptr()) + a.nbytes();
+  const auto follows = [](const Tensor& a, const Tensor& b) {  // (both contiguous by now)
+    return static_cast<const char*>(b.data_ptr()) ==
+           static_cast<const char*>(a.data_ptr()) + a.numel() * int64_t(a.element_size());
   };
-  at::Tensor w_qkv = w.qkv_w, qkv_bias = w.qkv_b;
+  Tensor w_qkv = w.qkv_w, qkv_bias = w.qkv_b;
   p.gated = w.gate_w.defined();
   p.nq = int((p.gated ? 4 : 3) * D);
   if (p.gated) {
-    if (!follows(w.qkv_w, w.gate_w)) w_qkv = at::cat({w.qkv_w, w.gate_w});
+    if (!follows(w.qkv_w, w.gate_w)) w_qkv = stacked(w.qkv_w, w.qkv_w, 3 * D, w.gate_w, D);
     const bool biases_follow = w.qkv_b.defined() && w.gate_b.defined() && follows(w.qkv_b, w.gate_b);
     if (!biases_follow && (w.qkv_b.defined() || w.gate_b.defined()))
-      qkv_bias = at::cat({w.qkv_b.defined() ? w.qkv_b : at::zeros({3 * D}, w.qkv_w.options()),
-                          w.gate_b.defined() ? w.gate_b : at::zeros({D}, w.qkv_w.options())});
+      qkv_bias = stacked(w.qkv_b.defined() ? w.qkv_b : w.gate_b, w.qkv_b, 3 * D, w.gate_b, D);
   }
   p.w_qkv = w_qkv.data_ptr();
   p.qkv_bias = qkv_bias.defined() ? qkv_bias.data_ptr() : nullptr;
   p.residual = extras.residual ? 1 : 0;
   if (extras.mask.defined()) {  // [B, H, W]: the sequence's dims as x's, the key's the token's
-    const at::Tensor& m = extras.mask;
+    const Tensor& m = extras.mask;
     p.mask = static_cast<const unsigned char*>(m.data_ptr());
     p.m_stride_outer = m.stride(0);
     p.m_stride_inner = m.stride(ax_seq);
     p.m_stride_tok = m.stride(ax_tok);
   }
   if (extras.bias.defined()) {  // [1 or B, heads, L, L]
-    const at::Tensor& b = extras.bias;
+    const Tensor& b = extras.bias;
     p.bias = b.data_ptr();
-    p.bias_f32 = b.scalar_type() == at::kFloat ? 1 : 0;
+    p.bias_f32 = b.scalar_type() == ScalarType::Float ? 1 : 0;
     p.bias_stride_b = b.size(0) == 1 ? 0 : b.stride(0);
     p.bias_stride_h = b.stride(1);
     p.bias_stride_q = b.stride(2);  // (the key stride is 1: packed_bias)
   }
   p.eps = float(eps);
   p.scale_log2 = float(1.4426950408889634 / std::sqrt(double(D / spec->heads)));
-  p.math = (spec->dtype == kFloat32 && at::globalContext().allowTF32CuBLAS()) ? kTf32 : kExactFp32;
+  p.math = (spec->dtype == kFloat32 && float32_matmul_allows_tf32()) ? kTf32 : kExactFp32;
 
   const int device = in.get_device();
   const DeviceInfo& dev = device_info(device);
@@ -215,34 +254,34 @@ void run_pass(const SpecInfo* spec, const at::Tensor& in, const at::Tensor& out,
   const Plan plan = plan_pass(spec, p.num_seq, p.len, p.math, dev, g_path_override.load(), p.gated != 0);
   p.path = plan.path;
   p.group = plan.group;
-  at::Tensor scratch;
+  Tensor scratch;
   if (plan.path == kPathTwoKernel) {
     const size_t need = spec->two_kernel_smem_bytes(p.math);
-    TORCH_CHECK(need <= size_t(dev.smem_optin), "axial_fused: dim ", D, " in ", in.scalar_type(),
+    STD_TORCH_CHECK(need <= size_t(dev.smem_optin), "axial_fused: dim ", D, " in ", in.scalar_type(),
                 " needs ", need, " bytes of shared memory per block; this device allows ",
                 dev.smem_optin);
-    scratch = at::empty({p.num_seq * p.len * p.nq}, in.options());
+    scratch = torch::stable::new_empty(in, {p.num_seq * p.len * p.nq});
     p.scratch = scratch.data_ptr();
   }
   // The two-kernel path's attention reads the mask as prepared key bits, and the Hopper attention
   // kernel the bias prepared too (PassParams::key_bits, bias_frag; written by the launch before K1).
-  at::Tensor key_bits, bias_frag;
+  Tensor key_bits, bias_frag;
   const bool hopper_attention = dev.sm90a && spec->hopper_attention;
   if (plan.path == kPathTwoKernel && (p.mask || (p.bias && hopper_attention))) {
     p.kp = (p.len + 63) / 64 * 64;
     if (p.mask) {
-      key_bits = at::empty({p.num_seq * (p.kp / 16)}, in.options().dtype(at::kShort));
+      key_bits = torch::stable::new_empty(in, {p.num_seq * (p.kp / 16)}, ScalarType::Short);
       p.key_bits = static_cast<const uint16_t*>(key_bits.data_ptr());
     }
     if (p.bias && hopper_attention) {
       const int64_t batches = p.bias_stride_b == 0 ? 1 : B;
-      bias_frag = at::empty({batches * spec->heads * p.len * p.kp}, in.options().dtype(at::kHalf));
+      bias_frag = torch::stable::new_empty(in, {batches * spec->heads * p.len * p.kp}, ScalarType::Half);
       p.bias_frag = static_cast<const __half*>(bias_frag.data_ptr());
       p.bias_frag_stride_b = p.bias_stride_b == 0 ? 0 : int64_t(spec->heads) * p.len * p.kp;
     }
   }
-  const cudaError_t err = spec->launch(p, c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).stream());
-  TORCH_CHECK(err == cudaSuccess, "axial_fused: kernel launch failed: ", cudaGetErrorString(err));
+  const cudaError_t err = spec->launch(p, current_stream(device));
+  STD_TORCH_CHECK(err == cudaSuccess, "axial_fused: kernel launch failed: ", cudaGetErrorString(err));
 }
 
 }  // namespace axial_fused

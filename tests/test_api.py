@@ -309,8 +309,12 @@ def test_spec_option_parsing():
         with pytest.raises(ValueError):
             _specs.parse_specs(bad)
     assert _specs.parse_archs("80;90a") == ["80", "90a"]
-    with pytest.raises(ValueError):
-        _specs.parse_archs("sm_90")
+    assert _specs.parse_archs(None) == ["80+PTX", "90a"]  # release builds carry compute_80 PTX
+    assert _specs.gencode_flag("80+PTX") == "-gencode=arch=compute_80,code=[sm_80,compute_80]"
+    assert _specs.gencode_flag("90a") == "-gencode=arch=compute_90a,code=sm_90a"
+    for bad in ("sm_90", "90a+PTX", "8", "PTX"):
+        with pytest.raises(ValueError):
+            _specs.parse_archs(bad)
 
 
 def test_kernel_files_are_generated_for_the_default_set():

@@ -197,7 +197,7 @@ def test_gate_and_qkv_bias_rejected():
 
 @needs_ext
 def test_op_meta_rejects_features():
-    """The registered operator's Meta kernel: the same checks, names carrying the pass."""
+    """The registered operator's fake (shape-only) kernel: the same checks, names carrying the pass."""
     D, H, W = 64, 3, 5
     x = torch.empty(2, H, W, D, device="meta", dtype=torch.bfloat16)
     ws = [torch.empty(s, device="meta", dtype=torch.bfloat16) for s in [(D,), (D,), (3 * D, D), (D, D), (D,)]]
@@ -253,7 +253,7 @@ def _feature_args(op, dtype=torch.float64, device="cpu", requires_grad=False):
 def test_opcheck_with_features(op):
     """Schema, fake tensors and AOT dispatch with every optional argument: on meta tensors (the
     shape-only kernel) and, with inputs requiring grad, on the CPU (the Autograd kernel's reference
-    math in ATen ops, gradients included)."""
+    math in PyTorch ops, gradients included)."""
     meta, _ = _feature_args(op, torch.float32, "meta")
     torch.library.opcheck(getattr(OP, op).default, meta)
     args, _ = _feature_args(op, torch.float64, "cpu", requires_grad=True)
@@ -262,7 +262,7 @@ def test_opcheck_with_features(op):
 
 @needs_ext
 def test_op_autograd_kernel_with_features_matches_float64():
-    """The op's Autograd kernel (C++ ATen ops) with every feature, against pass64, and its gradients
+    """The op's Autograd kernel (PyTorch ops) with every feature, against pass64, and its gradients
     by gradcheck."""
     args, w = _feature_args("axial_pass", requires_grad=True)
     x, mask, cb = args[0], args[12], args[13]

@@ -106,7 +106,7 @@ def test_opcheck_meta():
 @needs_ext
 @pytest.mark.parametrize("op", ["axial_attention", "axial_pass"])
 def test_opcheck_autograd_kernel_on_cpu(op):
-    """With inputs requiring grad the op's Autograd kernel computes the reference math in ATen ops (on
+    """With inputs requiring grad the op's Autograd kernel computes the reference math in PyTorch ops (on
     any device, so this runs on the CPU): schema, autograd registration, fake tensors and AOT
     dispatch with gradients all pass."""
     w = weights_like(make_weights(32, 2, seed=3), requires_grad=True)

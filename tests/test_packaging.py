@@ -33,17 +33,19 @@ def _run(code: str, *args: str, env: dict | None = None) -> subprocess.Completed
                           timeout=300, env=env)
 
 
-def test_local_tag_names_cuda_and_torch_minor():
-    assert local_tag("2.11.0+cu130", "13.0") == "cu130torch2.11"
-    assert local_tag("2.14.1", "12.8") == "cu128torch2.14"
-    assert local_tag("", None) == "nocuda"
+def test_local_tag_names_the_cuda_major_only():
+    assert local_tag("13.0") == "cu13"
+    assert local_tag("12.8") == "cu12"
+    assert local_tag(None) == "nocuda"
 
 
 @pytest.mark.skipif(os.environ.get("AXIAL_FUSED_EXPECT_EXT") != "1",
                     reason="set AXIAL_FUSED_EXPECT_EXT=1 where the extension was built (CI does)")
 def test_extension_loads_where_it_was_built():
+    """(Built here, or a wheel built against a newer torch and tested under an older one, >= 2.11.)"""
     assert _ext.C is not None, _ext.error
-    assert _ext.build_info is not None and _ext.build_info.torch_version == torch.__version__
+    assert _ext.build_info is not None and _ext.build_info.torch_floor == "2.11"
+    assert _ext.C.build_info()[0] == _ext.build_info.torch_version
 
 
 @pytest.mark.skipif(_ext.C is None or not sys.platform.startswith("linux") or shutil.which("readelf") is None,
@@ -58,6 +60,16 @@ def test_extension_uses_the_shared_cxx_runtime():
     syms = subprocess.run(["readelf", "-sW", so], capture_output=True, text=True, check=True).stdout
     own = [ln for ln in syms.splitlines() if "_ZNSo9_M_insertIlEERSoT_" in ln and " UND " not in ln]
     assert not own, f"{so} defines its own std::ostream::_M_insert<long> (a static libstdc++): {own}"
+
+
+@pytest.mark.skipif(_ext.C is None or not sys.platform.startswith("linux") or shutil.which("nm") is None
+                    or shutil.which("readelf") is None, reason="needs the compiled extension, Linux, nm and readelf")
+def test_extension_keeps_to_the_stable_abi():
+    """No at::, c10:: or torch:: C++ symbol referenced, no libtorch_python, a limited-API module: the
+    binary runs under every torch >= 2.11 and Python >= 3.10 (scripts/check_abi.sh; CI runs it on the wheel)."""
+    p = subprocess.run(["bash", str(ROOT / "scripts" / "check_abi.sh"), _ext.C.__file__], capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
 
 
 def test_info_reports_versions_archs_and_gpu():
@@ -124,23 +136,35 @@ def _simulate(build_info: dict | None, load_error: str | None) -> dict:
     return res
 
 
-def _record(torch_version: str, cuda_version: str | None = None, no_cuda: bool = False) -> dict:
+def _record(torch_version: str, cuda_version: str | None = None, no_cuda: bool = False,
+            torch_floor: str = "2.11") -> dict:
     return dict(torch_version=torch_version, cuda_version=cuda_version or torch.version.cuda or "12.8",
-                python_version="3.12", archs="80;90a", specs="default", no_cuda=no_cuda)
+                python_version="3.12", torch_floor=torch_floor, archs="80+PTX;90a", specs="default", no_cuda=no_cuda)
 
 
 def _advice() -> str:
     if torch.version.cuda is None:
         return "a CUDA build of torch"
-    return f"+{local_tag(torch.__version__, torch.version.cuda)}"
+    return f"+{local_tag(torch.version.cuda)}"
 
 
-def test_binary_for_another_torch_is_refused_before_loading():
-    """The record says torch 2.99: the binary is not even loaded (FailingC asserts that); the message
-    names both versions and the wheel to install."""
-    err = _simulate(_record("2.99.0+cu999"), load_error=None)["error"]
-    assert "built for torch 2.99.0+cu999" in err and f"torch {torch.__version__}" in err and "is running" in err
-    assert _advice() in err
+def test_binary_for_another_cuda_major_is_refused_before_loading():
+    """The record says CUDA 999: the binary is not even loaded (FailingC asserts that); the message
+    names both builds and the wheel to install."""
+    err = _simulate(_record("2.99.0+cu999", "999.0"), load_error=None)["error"]
+    assert "built for torch 2.99.0+cu999 (CUDA 999.0)" in err and f"torch {torch.__version__}" in err
+    assert "is running" in err and _advice() in err
+
+
+def test_binary_serves_every_torch_from_its_floor():
+    """A record of another torch minor, same CUDA major: the stable ABI serves it (the binary loads);
+    one whose floor is above the running torch is refused, naming the floor."""
+    if torch.version.cuda is None:
+        pytest.skip("a CPU-only torch is never served by a CUDA build")
+    newer = _simulate(_record("2.11.0+cu130"), load_error="stand-in: the import itself")["error"]
+    assert "stand-in: the import itself" in newer  # it got as far as loading
+    err = _simulate(_record("2.99.0", torch_floor="2.99"), load_error=None)["error"]
+    assert "torch >= 2.99" in err and "is running" in err
 
 
 def test_undefined_symbol_without_build_record_names_running_torch():
@@ -154,7 +178,7 @@ def test_undefined_symbol_with_matching_record_says_build_is_broken():
     if torch.version.cuda is None:
         pytest.skip("a CPU-only torch never matches a CUDA build record")
     err = _simulate(rec, load_error=UNDEFINED)["error"]
-    assert "matches the running torch, yet does not load" in err and "undefined symbol" in err
+    assert "serves the running torch, yet does not load" in err and "undefined symbol" in err
 
 
 def test_no_cuda_build_says_reference_only():
@@ -163,9 +187,20 @@ def test_no_cuda_build_says_reference_only():
 
 
 def test_arch_message_names_gpu_arch_and_compiled_archs():
-    msg = _ext.arch_message("NVIDIA L4", (8, 9), "80;90a", "no kernel image is available for execution")
-    assert "sm_89" in msg and "(80;90a)" in msg and "no kernel image" in msg
+    msg = _ext.arch_message("NVIDIA L4", (8, 9), "90a", "no kernel image is available for execution")
+    assert "sm_89" in msg and "(90a)" in msg and "no kernel image" in msg and "holds no PTX" in msg
     assert "AXIAL_FUSED_ARCHS" in msg and "wheel built for sm_89" in msg
+    msg = _ext.arch_message("Tesla T4", (7, 5), "80+PTX;90a", "no kernel image is available for execution")
+    assert "(80+PTX;90a)" in msg and "compute_80 PTX runs on sm_80 and newer GPUs only" in msg
+
+
+def test_which_gpus_run_the_binary_from_ptx():
+    release = "80+PTX;90a"
+    assert not _ext.runs_from_ptx((8, 0), release) and not _ext.runs_from_ptx((8, 6), release)
+    assert not _ext.runs_from_ptx((8, 9), release) and not _ext.runs_from_ptx((9, 0), release)
+    assert _ext.runs_from_ptx((10, 0), release) and _ext.runs_from_ptx((12, 0), release)
+    assert _ext.runs_from_ptx((9, 0), "80+PTX")  # the H200 with a binary of sm_80 code and PTX only
+    assert not _ext.runs_from_ptx((12, 0), "80;90a")  # no PTX: no JIT either (the arch message)
 
 
 # ---- source builds without a CUDA toolkit (need the source tree and setuptools) -----------------

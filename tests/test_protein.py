@@ -430,7 +430,7 @@ def pair_bias64(x, nw, nb, w, eps=1e-5):
 
 @needs_ext
 def test_pair_bias_op_registrations_cpu():
-    """The op's schema, Meta kernel and (with gradients required, on any device) its Autograd kernel,
+    """The op's schema, fake kernel and (with gradients required, on any device) its Autograd kernel,
     whose ATen computation matches the float64 reference."""
     op = torch.ops.axial_fused.pair_bias.default
     torch.library.opcheck(op, (*pair_bias_inputs(2, 3, 5, 16, 4, torch.float32, "meta", 0), 1e-5))

@@ -64,13 +64,26 @@ def parse_specs(text: str | None) -> list[tuple[str, int, int]]:
     return sorted(set(items), key=lambda s: (s[1], s[2], DTYPES.index(s[0])))
 
 
+DEFAULT_ARCHS = "80+PTX;90a"
+
+
 def parse_archs(text: str | None) -> list[str]:
-    """AXIAL_FUSED_ARCHS, e.g. '80;90a' (default), as a list of arch names."""
-    archs = [a.strip() for a in (text or "80;90a").replace(",", ";").split(";") if a.strip()]
+    """AXIAL_FUSED_ARCHS as a list of arch names: '80+PTX;90a' (the default) compiles sm_80 and sm_90a
+    code plus compute_80 PTX, which the driver JIT-compiles on GPUs newer than both (sm_89, sm_100,
+    sm_120 run the mma.sync kernels from it); '+PTX' after an arch adds its PTX."""
+    archs = [a.strip() for a in (text or DEFAULT_ARCHS).replace(",", ";").split(";") if a.strip()]
     for a in archs:
-        if not (a.rstrip("a").isdigit() and len(a.rstrip("a")) >= 2):
-            raise ValueError(f"AXIAL_FUSED_ARCHS item {a!r} is not an arch like 80 or 90a")
+        base = a.removesuffix("+PTX").rstrip("a")
+        if not (base.isdigit() and len(base) >= 2) or (a.endswith("a+PTX")):
+            raise ValueError(f"AXIAL_FUSED_ARCHS item {a!r} is not an arch like 80, 80+PTX or 90a")
     return archs
+
+
+def gencode_flag(arch: str) -> str:
+    """nvcc's -gencode for one AXIAL_FUSED_ARCHS item: SASS for the arch, and its PTX with '+PTX'."""
+    base = arch.removesuffix("+PTX")
+    code = f"[sm_{base},compute_{base}]" if arch.endswith("+PTX") else f"sm_{base}"
+    return f"-gencode=arch=compute_{base},code={code}"
 
 
 def kernel_filename(dtype: str, dim: int, heads: int) -> str:

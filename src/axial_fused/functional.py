@@ -16,6 +16,7 @@ from typing import NamedTuple
 import torch
 
 from . import _ext
+from ._ops import call_checked
 from .reference import reference_pass
 
 __all__ = ["PassWeights", "AxialWeights", "axial_attention", "axial_pass", "fallback_reason", "supported_configs",
@@ -207,7 +208,7 @@ def _kernel_dtype(x: torch.Tensor) -> torch.dtype:
 def _device_reason(device: int, dtype: str, dim: int, num_heads: int) -> str | None:
     """Why GPU `device` cannot run the compiled kernels for (dtype, dim, num_heads), or None; cached.
     Marked constant for torch.compile: it depends only on its arguments and the hardware, and it
-    calls into the extension (pybind11), which dynamo cannot trace."""
+    calls into the extension (ctypes), which dynamo cannot trace."""
     key = (device, dtype, dim, num_heads)
     if key not in _device_reason_cache:
         _device_reason_cache[key] = _arch_reason(device) or _smem_reason(device, dtype, dim, num_heads)
@@ -369,8 +370,8 @@ def _attention(x, row: PassWeights, col: PassWeights, num_heads: int, eps: float
     if reason is None:
         if x.shape[0] == 0:
             return torch.empty_like(x, memory_format=torch.contiguous_format)
-        return torch.ops.axial_fused.axial_attention(x, *row[:5], *col[:5], num_heads, eps, *row[5:], *col[5:], mask,
-                                                     row_bias, col_bias, residual)
+        return call_checked(torch.ops.axial_fused.axial_attention.default, x, *row[:5], *col[:5], num_heads, eps,
+                            *row[5:], *col[5:], mask, row_bias, col_bias, residual)
     _fallback(reason, strict)
     x = reference_pass(x, *row, num_heads=num_heads, axis="row", eps=eps, mask=mask, bias=row_bias, residual=residual)
     return reference_pass(x, *col, num_heads=num_heads, axis="col", eps=eps, mask=mask, bias=col_bias, residual=residual)
@@ -413,8 +414,8 @@ def axial_pass(x: torch.Tensor, pass_weights: PassWeights, *, num_heads: int, ax
     if reason is None:
         if x.shape[0] == 0:
             return torch.empty_like(x, memory_format=torch.contiguous_format)
-        return torch.ops.axial_fused.axial_pass(x, *pw[:5], num_heads, 0 if axis == "row" else 1, eps, *pw[5:], mask,
-                                                bias, residual)
+        return call_checked(torch.ops.axial_fused.axial_pass.default, x, *pw[:5], num_heads, 0 if axis == "row" else 1,
+                            eps, *pw[5:], mask, bias, residual)
     _fallback(reason, strict)
     return reference_pass(x, *pw, num_heads=num_heads, axis=axis, eps=eps, mask=mask, bias=bias, residual=residual)
 

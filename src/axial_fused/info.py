@@ -36,7 +36,8 @@ def _built_against() -> str:
         return "unknown (no build record: an old or missing build)"
     if bi.no_cuda:
         return f"no CUDA extension (built with AXIAL_FUSED_NO_CUDA=1), Python {bi.python_version}"
-    text = f"torch {bi.torch_version}, CUDA {bi.cuda_version}, Python {bi.python_version}"
+    text = (f"torch {bi.torch_version}, CUDA {bi.cuda_version}, Python {bi.python_version}; runs under torch >= "
+            f"{_ext.floor()} of CUDA {bi.cuda_version.split('.')[0]}.x, Python >= 3.10 (stable ABI, abi3)")
     if _ext.C is not None:
         torch_v, cudart = _ext.C.build_info()
         text += f" (the binary itself reports torch {torch_v}, CUDA runtime {cudart // 1000}.{cudart % 1000 // 10})"
@@ -55,8 +56,13 @@ def _gpu_lines() -> list[str]:
             status = f"unavailable: {_ext.error}"
         else:
             err = _ext.C.device_kernel_error(idx)
-            status = (f"unavailable: {_ext.arch_message(name, (major, minor), _ext.C.compiled_archs(), err)}"
-                      if err else "available")
+            archs = _ext.C.compiled_archs()
+            if err:
+                status = f"unavailable: {_ext.arch_message(name, (major, minor), archs, err)}"
+            elif _ext.runs_from_ptx((major, minor), archs):
+                status = "available (the mma.sync kernels, JIT-compiled from the binary's PTX on first use)"
+            else:
+                status = "available"
         lines.append(f"GPU {idx}: {name} (sm_{major}{minor}); fused path {status}")
     return lines
 

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# On the GPU machine: the protein tests' and benchmark's packages (fair-esm, cuEquivariance), packed by
+# scripts/pack_deps.sh and carried as .whl/deps.tar.zst with .whl/zstandard.whl, unpacked into
+# /tmp/deps (with the zstandard module, as the machine has no zstd command). Prints the folder, or
+# nothing when they were not carried. Usage: deps=$(bash scripts/unpack_deps.sh)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+[[ -f .whl/deps.tar.zst && -f .whl/zstandard.whl ]] || exit 0
+rm -rf /tmp/deps; mkdir -p /tmp/deps/zstd
+python3 -m zipfile -e .whl/zstandard.whl /tmp/deps/zstd
+PYTHONPATH=/tmp/deps/zstd python3 -c "
+import sys, zstandard
+zstandard.ZstdDecompressor(max_window_size=2**31).copy_stream(open('.whl/deps.tar.zst', 'rb'), sys.stdout.buffer)" \
+  | tar -C /tmp/deps -xf - && echo /tmp/deps
