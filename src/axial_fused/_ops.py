@@ -114,8 +114,7 @@ def check_call(x, passes, num_heads: int, eps: float, mask, biases, cuda: bool =
     check_rank(x)
     _check(x.dtype in _DTYPE_CODES, TypeError, "x is ", _name(x.dtype), "; supported: float32, float16, bfloat16")
     D = x.shape[3]
-    _check(num_heads > 0 and D % num_heads == 0, ValueError, "D = ", D, " is not divisible by num_heads = ",
-           num_heads)
+    _check_heads(x, num_heads)
     _check(math.isfinite(eps) and eps > 0, ValueError, "eps must be a positive finite number, got ", _num(eps))
     shapes = ((D,), (D,), (3 * D, D), (D, D), (D,), (3 * D,), (D, D), (D,))
     for i, pw in enumerate(passes):
@@ -192,6 +191,18 @@ def _attention_args(args):
 # A call's checks by where it goes: "fake" (shape-only), "cuda" (the kernel, which needs a compiled
 # specialization), "grad" (the reference math, which takes any floating dtype: the per-call inputs only).
 
+def _check_heads(x, num_heads: int) -> None:
+    _check(num_heads > 0 and x.shape[3] % num_heads == 0, ValueError, "D = ", x.shape[3],
+           " is not divisible by num_heads = ", num_heads)
+
+
+def _check_grad_call(x, num_heads, mask, biases) -> None:
+    """What the reference math needs: x [B, H, W, D] with D divisible by the heads, valid extras."""
+    check_rank(x)
+    _check_heads(x, num_heads)
+    _check_extras(x, num_heads, mask, biases)
+
+
 def _check_extras(x, num_heads, mask, biases) -> None:
     _check_mask(x, mask)
     for i, (b, axis) in enumerate(biases):
@@ -202,14 +213,14 @@ def _check_pass_call(args, mode: str) -> None:
     x, w, num_heads, axis, eps, mask, bias, _ = _pass_args(args)
     check_axis(axis)
     if mode == "grad":
-        return _check_extras(x, num_heads, mask, ((bias, axis),))
+        return _check_grad_call(x, num_heads, mask, ((bias, axis),))
     check_call(x, (w,), num_heads, eps, mask, ((bias, axis),), mode == "cuda")
 
 
 def _check_attention_call(args, mode: str) -> None:
     x, rw, cw, num_heads, eps, mask, rb, cb, _ = _attention_args(args)
     if mode == "grad":
-        return _check_extras(x, num_heads, mask, ((rb, 0), (cb, 1)))
+        return _check_grad_call(x, num_heads, mask, ((rb, 0), (cb, 1)))
     check_call(x, (rw, cw), num_heads, eps, mask, ((rb, 0), (cb, 1)), mode == "cuda")
 
 
