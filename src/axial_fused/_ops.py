@@ -31,7 +31,8 @@ import torch
 
 from .reference import reference_pass
 
-_DTYPE_CODES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
+# The dtypes with kernels, by the names the binary and the specializations use.
+DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 # dtype names as the binary prints them (c10's ScalarType names).
 _SCALAR_NAMES = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
                  torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char",
@@ -112,7 +113,7 @@ def check_call(x, passes, num_heads: int, eps: float, mask, biases, cuda: bool =
     specialization)."""
     _check(x is not None, ValueError, "x is missing (None)")
     check_rank(x)
-    _check(x.dtype in _DTYPE_CODES, TypeError, "x is ", _name(x.dtype), "; supported: float32, float16, bfloat16")
+    _check(x.dtype in DTYPE_NAMES, TypeError, "x is ", _name(x.dtype), "; supported: float32, float16, bfloat16")
     D = x.shape[3]
     _check_heads(x, num_heads)
     _check(math.isfinite(eps) and eps > 0, ValueError, "eps must be a positive finite number, got ", _num(eps))
@@ -132,7 +133,7 @@ def check_call(x, passes, num_heads: int, eps: float, mask, biases, cuda: bool =
     if cuda:
         from . import _ext
         _check(x.is_cuda, ValueError, "the CUDA kernel got x on ", x.device)
-        _check((_DTYPE_CODES[x.dtype], D, num_heads) in _ext.specs(), ValueError,
+        _check((DTYPE_NAMES[x.dtype], D, num_heads) in _ext.specs(), ValueError,
                "no compiled specialization for dtype ", _name(x.dtype), ", dim ", D, ", heads ", num_heads,
                " (see axial_fused.supported_configs())")
 
@@ -145,7 +146,7 @@ def _num(v: float) -> str:
 def check_pair_bias(x, nw, nb, w, eps: float) -> None:
     _check(x is not None and x.dim() == 4, ValueError, "pair_bias: x must be [B, I, J, c], got ",
            x.dim() if x is not None else 0, " dimensions")
-    _check(x.dtype in _DTYPE_CODES, TypeError, "pair_bias: x is ", _name(x.dtype),
+    _check(x.dtype in DTYPE_NAMES, TypeError, "pair_bias: x is ", _name(x.dtype),
            "; supported: float32, float16, bfloat16")
     c = x.shape[3]
     _check(w is not None and w.dim() == 2 and w.shape[1] == c and 1 <= w.shape[0] <= PAIR_BIAS_MAX_HEADS, ValueError,

@@ -16,7 +16,7 @@ from typing import NamedTuple
 import torch
 
 from . import _ext
-from ._ops import call_checked
+from ._ops import DTYPE_NAMES, call_checked
 from .reference import reference_pass
 
 __all__ = ["PassWeights", "AxialWeights", "axial_attention", "axial_pass", "fallback_reason", "supported_configs",
@@ -185,7 +185,6 @@ def _check_x(x, dim: int, wref: torch.Tensor) -> None:
 # compiler (_device_reason). Layout (strides, alignment) is not decided here: the op copies a
 # layout its kernels cannot read (csrc/ops.cpp), since data_ptr() cannot be read while tracing.
 
-_DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 _device_reason_cache: dict[tuple, str | None] = {}
 
 
@@ -193,13 +192,13 @@ def _autocasting(x: torch.Tensor, wref: torch.Tensor) -> bool:
     """Whether autocast will cast x and the weights to one dtype (so they may differ), as it does for
     nn.Linear: autocast on for x's device type and both in float32/float16/bfloat16."""
     return (x.device.type in ("cuda", "cpu") and torch.is_autocast_enabled(x.device.type)
-            and x.dtype in _DTYPE_NAMES and wref.dtype in _DTYPE_NAMES)
+            and x.dtype in DTYPE_NAMES and wref.dtype in DTYPE_NAMES)
 
 
 def _kernel_dtype(x: torch.Tensor) -> torch.dtype:
     """The dtype the kernel runs in: x's, or under torch.autocast("cuda") the autocast dtype (the op's
     AutocastCUDA kernel casts x and the weights to it)."""
-    if x.dtype in _DTYPE_NAMES and torch.is_autocast_enabled("cuda"):
+    if x.dtype in DTYPE_NAMES and torch.is_autocast_enabled("cuda"):
         return torch.get_autocast_dtype("cuda")
     return x.dtype
 
@@ -259,7 +258,7 @@ def _reason(x: torch.Tensor, passes, dim: int, num_heads: int, biases=()) -> str
         return f"the CUDA extension axial_fused._C is not available ({_ext.error})"
     if not x.is_cuda:
         return f"x is on {x.device}; the fused kernels run on CUDA devices"
-    dtype = _DTYPE_NAMES.get(_kernel_dtype(x))
+    dtype = DTYPE_NAMES.get(_kernel_dtype(x))
     if dtype is None:
         return f"x is {x.dtype}; the fused path supports float32, float16 and bfloat16"
     if torch.is_grad_enabled() and (x.requires_grad or any(t is not None and t.requires_grad
@@ -429,5 +428,5 @@ class Config(NamedTuple):
 
 def supported_configs() -> list[Config]:
     """The compiled specializations (every sequence length on either axis is served)."""
-    named = {v: k for k, v in _DTYPE_NAMES.items()}
+    named = {v: k for k, v in DTYPE_NAMES.items()}
     return [Config(named[dt], d, h, d // h) for dt, d, h in sorted(_ext.specs(), key=lambda s: (s[1], s[2], s[0]))]

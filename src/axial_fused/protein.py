@@ -30,8 +30,8 @@ from torch import nn
 import torch.nn.functional as F
 
 from . import _ext
-from ._ops import call_checked
-from .functional import _DTYPE_NAMES, PassWeights, _arch_reason, _warn_once, axial_pass
+from ._ops import DTYPE_NAMES, PAIR_BIAS_MAX_C, PAIR_BIAS_MAX_HEADS, call_checked
+from .functional import PassWeights, _arch_reason, _warn_once, axial_pass
 from .reference import replace_absent
 
 __all__ = ["MSAAttention", "MSARowAttentionWithPairBias", "MSAColumnAttention", "TriangleAttention",
@@ -150,9 +150,10 @@ def _pair_bias(x: torch.Tensor, norm: nn.LayerNorm, linear: nn.Linear) -> torch.
     x and the three weights share a float dtype and autocast is off; PyTorch's ops otherwise (the op
     itself takes the PyTorch path when gradients are required)."""
     w = linear.weight
-    if (x.is_cuda and x.dtype in _DTYPE_NAMES and norm.weight is not None and norm.bias is not None
-            and norm.weight.dtype == norm.bias.dtype == w.dtype == x.dtype and x.shape[-1] <= 1024
-            and w.shape[0] <= 32 and not torch.is_autocast_enabled("cuda") and _kernels_run_on(x.device.index)):
+    if (x.is_cuda and x.dtype in DTYPE_NAMES and norm.weight is not None and norm.bias is not None
+            and norm.weight.dtype == norm.bias.dtype == w.dtype == x.dtype and x.shape[-1] <= PAIR_BIAS_MAX_C
+            and w.shape[0] <= PAIR_BIAS_MAX_HEADS and not torch.is_autocast_enabled("cuda")
+            and _kernels_run_on(x.device.index)):
         op, args = torch.ops.axial_fused.pair_bias.default, (x.reshape(-1, *x.shape[-3:]), norm.weight, norm.bias, w,
                                                              norm.eps)
         grad = torch.is_grad_enabled() and any(t.requires_grad for t in args[:4])
