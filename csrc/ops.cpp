@@ -239,7 +239,7 @@ PassWeights pass_weights(const Tensor& nw, const Tensor& nb, const Tensor& qkv, 
 #define AXIAL_PASS_WEIGHTS(p) pass_weights(p##nw, p##nb, p##qkv, p##ow, p##ob, p##qkvb, p##gw, p##gb)
 
 Tensor axial_pass_cuda(Tensor x, AXIAL_PASS_ARGS(), int64_t num_heads, int64_t axis, double eps, AXIAL_PASS_OPT(),
-                       OptT mask, OptT bias, bool residual, std::optional<bool> allow_tf32) {
+                       OptT mask, OptT bias, bool residual) {
   check_axis(axis);
   const PassWeights w = AXIAL_PASS_WEIGHTS();
   const SpecInfo* spec = check_inputs(x, num_heads, eps, {w});
@@ -247,14 +247,13 @@ Tensor axial_pass_cuda(Tensor x, AXIAL_PASS_ARGS(), int64_t num_heads, int64_t a
   check_extras(x, num_heads, m, {{&b, axis}}, 1);
   const torch::stable::accelerator::DeviceGuard guard(x.get_device_index());
   Tensor out = torch::stable::new_empty(x, x.sizes());
-  run_pass(spec, packed_x(x), out, packed(w), axis, eps,
-           {packed_mask(m), packed_bias(b), residual, resolve_tf32(x, allow_tf32)});
+  run_pass(spec, packed_x(x), out, packed(w), axis, eps, {packed_mask(m), packed_bias(b), residual});
   return out;
 }
 
 Tensor axial_attention_cuda(Tensor x, AXIAL_PASS_ARGS(r), AXIAL_PASS_ARGS(c), int64_t num_heads, double eps,
                             AXIAL_PASS_OPT(r), AXIAL_PASS_OPT(c), OptT mask, OptT row_bias, OptT col_bias,
-                            bool residual, std::optional<bool> allow_tf32) {
+                            bool residual) {
   const PassWeights row_w = AXIAL_PASS_WEIGHTS(r), col_w = AXIAL_PASS_WEIGHTS(c);
   const SpecInfo* spec = check_inputs(x, num_heads, eps, {row_w, col_w});
   const Tensor rb = opt(row_bias), cb = opt(col_bias);
@@ -262,10 +261,9 @@ Tensor axial_attention_cuda(Tensor x, AXIAL_PASS_ARGS(r), AXIAL_PASS_ARGS(c), in
   const torch::stable::accelerator::DeviceGuard guard(x.get_device_index());
   Tensor out = torch::stable::new_empty(x, x.sizes());
   const Tensor m = packed_mask(opt(mask));
-  const bool tf32 = resolve_tf32(x, allow_tf32);
-  run_pass(spec, packed_x(x), out, packed(row_w), 0, eps, {m, packed_bias(rb), residual, tf32});
+  run_pass(spec, packed_x(x), out, packed(row_w), 0, eps, {m, packed_bias(rb), residual});
   // The column pass in place: each element is read before it is written.
-  run_pass(spec, out, out, packed(col_w), 1, eps, {m, packed_bias(cb), residual, tf32});
+  run_pass(spec, out, out, packed(col_w), 1, eps, {m, packed_bias(cb), residual});
   return out;
 }
 
@@ -324,20 +322,18 @@ STABLE_TORCH_LIBRARY(axial_fused, m) {
   // A pass's five weights (nn.LayerNorm / nn.Linear), num_heads, (axis,) eps; then the optional ones:
   // its q/k/v bias [3D] and sigmoid gate (weight [D, D], bias [D]), and per call the key mask
   // [B, H, W], the pass's logit bias [1 or B, heads, L, L] and whether the input is added back
-  // (docs/usage.md). A call with the five weights alone is the plain pass. allow_tf32: whether a
-  // float32 call may use TF32; None: torch.backends.cuda.matmul.allow_tf32 when the kernel runs.
+  // (docs/usage.md). A call with the five weights alone is the plain pass.
   m.def(
       "axial_pass(Tensor x, Tensor norm_weight, Tensor norm_bias, Tensor qkv_weight, Tensor out_weight, "
       "Tensor out_bias, int num_heads, int axis, float eps, Tensor? qkv_bias=None, Tensor? gate_weight=None, "
-      "Tensor? gate_bias=None, Tensor? mask=None, Tensor? bias=None, bool residual=True, bool? allow_tf32=None) "
-      "-> Tensor");
+      "Tensor? gate_bias=None, Tensor? mask=None, Tensor? bias=None, bool residual=True) -> Tensor");
   m.def(
       "axial_attention(Tensor x, Tensor row_norm_weight, Tensor row_norm_bias, Tensor row_qkv_weight, "
       "Tensor row_out_weight, Tensor row_out_bias, Tensor col_norm_weight, Tensor col_norm_bias, "
       "Tensor col_qkv_weight, Tensor col_out_weight, Tensor col_out_bias, int num_heads, float eps, "
       "Tensor? row_qkv_bias=None, Tensor? row_gate_weight=None, Tensor? row_gate_bias=None, "
       "Tensor? col_qkv_bias=None, Tensor? col_gate_weight=None, Tensor? col_gate_bias=None, Tensor? mask=None, "
-      "Tensor? row_bias=None, Tensor? col_bias=None, bool residual=True, bool? allow_tf32=None) -> Tensor");
+      "Tensor? row_bias=None, Tensor? col_bias=None, bool residual=True) -> Tensor");
   // The protein modules' pair bias: linear(layer_norm(x), weight) of x [B, I, J, c], weight
   // [heads, c], as [B, heads, I, J] (what a pass takes as its bias).
   m.def("pair_bias(Tensor x, Tensor norm_weight, Tensor norm_bias, Tensor weight, float eps) -> Tensor");

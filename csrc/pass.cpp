@@ -175,19 +175,17 @@ Tensor stacked(const Tensor& like, const Tensor& a, int64_t na, const Tensor& b,
   return out;
 }
 
-}  // namespace
-
 // torch.backends.cuda.matmul.allow_tf32, which float32 passes follow as nn.Linear does. The stable
-// ABI has no accessor for it: the Python package registers axial_fused::_allow_tf32 (_ops.py), which
-// reads it, and this calls that through the dispatcher (some 15 us: the Python API passes the flag).
-bool resolve_tf32(const Tensor& x, std::optional<bool> allow_tf32) {
-  if (x.scalar_type() != ScalarType::Float) return false;
-  if (allow_tf32.has_value()) return *allow_tf32;
+// ABI has no accessor for it: the Python package registers axial_fused::_allow_tf32 (_ops.py),
+// which reads it, and this calls that through the dispatcher.
+bool float32_matmul_allows_tf32() {
   StableIValue stack[1];
   shim_check(torch_call_dispatcher("axial_fused::_allow_tf32", "", stack, TORCH_ABI_VERSION),
              "torch_call_dispatcher(axial_fused::_allow_tf32)");
   return torch::stable::detail::to<bool>(stack[0]);
 }
+
+}  // namespace
 
 void run_pass(const SpecInfo* spec, const Tensor& in, const Tensor& out, const PassWeights& w, int64_t axis,
               double eps, const PassExtras& extras) {
@@ -248,7 +246,7 @@ void run_pass(const SpecInfo* spec, const Tensor& in, const Tensor& out, const P
   }
   p.eps = float(eps);
   p.scale_log2 = float(1.4426950408889634 / std::sqrt(double(D / spec->heads)));
-  p.math = (spec->dtype == kFloat32 && extras.tf32) ? kTf32 : kExactFp32;
+  p.math = (spec->dtype == kFloat32 && float32_matmul_allows_tf32()) ? kTf32 : kExactFp32;
 
   const int device = in.get_device();
   const DeviceInfo& dev = device_info(device);

@@ -13,7 +13,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <optional>
 #include <vector>
 
 #include "axial_fused/params.h"
@@ -61,16 +60,11 @@ struct PassWeights {
 };
 // A call's inputs besides x and the weights: the key mask ([B, H, W], bool or uint8; undefined:
 // none), the pass's logit bias ([1 or B, heads, L, L], float32 or x's dtype; undefined: none), and
-// whether the pass adds its input (residual) or returns the update alone; tf32: whether a float32
-// pass may use TF32 (resolve_tf32).
+// whether the pass adds its input (residual) or returns the update alone.
 struct PassExtras {
   Tensor mask, bias;
   bool residual = true;
-  bool tf32 = false;
 };
-// The allow_tf32 argument of a call, or where it is None torch.backends.cuda.matmul.allow_tf32 (asked
-// of Python through the dispatcher: the stable ABI has no accessor), for a float32 x; false otherwise.
-bool resolve_tf32(const Tensor& x, std::optional<bool> allow_tf32);
 // One pass from `in` to `out` (which may be the same tensor) on the current stream; axis 0: rows
 // (sequences along W), axis 1: columns (sequences along H). The inputs are checked and packed.
 void run_pass(const SpecInfo* spec, const Tensor& in, const Tensor& out, const PassWeights& w, int64_t axis,

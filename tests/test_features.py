@@ -292,7 +292,7 @@ class FeaturePass(torch.nn.Module):
 
 
 def _stand_in_pass(x, nw, nb, qkv, ow, ob, heads, axis, eps, qb=None, gw=None, gb=None, mask=None, bias=None,
-                   residual=True, allow_tf32=None):
+                   residual=True):
     """CPU kernel for the op in these tests: the reference, contiguous as the CUDA kernel's output."""
     return af.reference.reference_pass(x, nw, nb, qkv, ow, ob, qb, gw, gb, num_heads=heads,
                                        axis="row" if axis == 0 else "col", eps=eps, mask=mask, bias=bias,

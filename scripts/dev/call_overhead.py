@@ -84,15 +84,13 @@ def main() -> None:
             print(f"  {per_call_us(lambda: op(x, *w.row[:5], *w.col[:5], heads, w.eps)):8.1f}  "
                   f"torch.ops call under no_grad (the Python Autograd kernel first)")
             print(f"  {per_call_us(lambda: af.axial_attention(x, w)):8.1f}  axial_attention under no_grad")
-    # float32: the kernel follows allow_tf32, which the functional API passes; given None, the binary
-    # asks Python for the flag through the dispatcher (axial_fused::_allow_tf32) once per call.
+    # float32: the binary asks Python for torch.backends.cuda.matmul.allow_tf32 through the
+    # dispatcher (axial_fused::_allow_tf32) once a pass; against bf16's op call above, its cost.
     w32 = af.AxialWeights.from_module(af.AxialAttention(dim, heads).cuda())
     x = torch.randn(4, 32, 32, dim, device="cuda")
-    args = (x, *w32.row[:5], *w32.col[:5], heads, w32.eps)
     with torch.inference_mode():
         print(f"x {tuple(x.shape)} float32, inference_mode: µs per call")
-        print(f"  {per_call_us(lambda: op(*args, allow_tf32=False)):8.1f}  torch.ops call, allow_tf32=False")
-        print(f"  {per_call_us(lambda: op(*args)):8.1f}  torch.ops call, allow_tf32=None (the flag read by the binary)")
+        print(f"  {per_call_us(lambda: op(x, *w32.row[:5], *w32.col[:5], heads, w32.eps)):8.1f}  torch.ops call")
         print(f"  {per_call_us(lambda: af.axial_attention(x, w32)):8.1f}  axial_attention")
 
 

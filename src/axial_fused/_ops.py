@@ -15,8 +15,7 @@ the binary has loaded (:func:`register`):
   returns under autocast (its residual add promotes x's dtype with the autocast dtype). The mask is
   not cast; a float32 bias is read as it is, any other is cast with x;
 * ``axial_fused::_allow_tf32``, which the float32 kernels call to follow
-  ``torch.backends.cuda.matmul.allow_tf32`` as nn.Linear does, where a call's ``allow_tf32`` is None
-  (a direct op call, a compiled graph; the functional API passes the flag, see :func:`tf32_arg`).
+  ``torch.backends.cuda.matmul.allow_tf32`` as nn.Linear does.
 
 **Typed errors.** The stable ABI carries every exception out of the binary as RuntimeError. The
 checks below are the CUDA kernel's, message for message (docs/errors.md); the fake kernels run them,
@@ -176,7 +175,7 @@ def _bind(op, args, kwargs):
 
 def _pass_args(args):
     """axial_pass's arguments as (x, [weights], num_heads, axis, eps, mask, bias, residual)."""
-    x, nw, nb, qkv, ow, ob, num_heads, axis, eps, qkv_b, gw, gb, mask, bias, residual, _allow_tf32 = args
+    x, nw, nb, qkv, ow, ob, num_heads, axis, eps, qkv_b, gw, gb, mask, bias, residual = args
     return x, (nw, nb, qkv, ow, ob, qkv_b, gw, gb), num_heads, axis, eps, mask, bias, residual
 
 
@@ -186,7 +185,7 @@ def _attention_args(args):
     x, *w = args[:11]
     num_heads, eps = args[11], args[12]
     r_opt, c_opt = args[13:16], args[16:19]
-    mask, row_bias, col_bias, residual = args[19:23]  # (then allow_tf32)
+    mask, row_bias, col_bias, residual = args[19:23]
     return x, (*w[:5], *r_opt), (*w[5:10], *c_opt), num_heads, eps, mask, row_bias, col_bias, residual
 
 
@@ -357,15 +356,6 @@ def register() -> None:
     lib.impl("axial_attention", _autocast_kernel(ops.axial_attention.default, (0, *range(1, 11), *range(13, 19)),
                                                  (20, 21)), "AutocastCUDA", with_keyset=True)
     _registered.append(lib)  # a Library deregisters its kernels when collected
-
-
-def tf32_arg(x: torch.Tensor) -> bool | None:
-    """The ops' allow_tf32 argument for an eager float32 call: the flag, read here (about 0.3 us)
-    rather than by the kernel through the dispatcher (about 15 us). None otherwise: 16-bit kernels do
-    not read it, and a compiled graph must read the flag when it runs, not when it was traced."""
-    if x.dtype != torch.float32 or torch.compiler.is_compiling():
-        return None
-    return torch.backends.cuda.matmul.allow_tf32
 
 
 def call_checked(op, *args):

@@ -16,7 +16,7 @@ from typing import NamedTuple
 import torch
 
 from . import _ext
-from ._ops import DTYPE_NAMES, call_checked, tf32_arg
+from ._ops import DTYPE_NAMES, call_checked
 from .reference import reference_pass
 
 __all__ = ["PassWeights", "AxialWeights", "axial_attention", "axial_pass", "fallback_reason", "supported_configs",
@@ -370,7 +370,7 @@ def _attention(x, row: PassWeights, col: PassWeights, num_heads: int, eps: float
         if x.shape[0] == 0:
             return torch.empty_like(x, memory_format=torch.contiguous_format)
         return call_checked(torch.ops.axial_fused.axial_attention.default, x, *row[:5], *col[:5], num_heads, eps,
-                            *row[5:], *col[5:], mask, row_bias, col_bias, residual, tf32_arg(x))
+                            *row[5:], *col[5:], mask, row_bias, col_bias, residual)
     _fallback(reason, strict)
     x = reference_pass(x, *row, num_heads=num_heads, axis="row", eps=eps, mask=mask, bias=row_bias, residual=residual)
     return reference_pass(x, *col, num_heads=num_heads, axis="col", eps=eps, mask=mask, bias=col_bias, residual=residual)
@@ -414,7 +414,7 @@ def axial_pass(x: torch.Tensor, pass_weights: PassWeights, *, num_heads: int, ax
         if x.shape[0] == 0:
             return torch.empty_like(x, memory_format=torch.contiguous_format)
         return call_checked(torch.ops.axial_fused.axial_pass.default, x, *pw[:5], num_heads, 0 if axis == "row" else 1,
-                            eps, *pw[5:], mask, bias, residual, tf32_arg(x))
+                            eps, *pw[5:], mask, bias, residual)
     _fallback(reason, strict)
     return reference_pass(x, *pw, num_heads=num_heads, axis=axis, eps=eps, mask=mask, bias=bias, residual=residual)
 
