@@ -18,38 +18,39 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 
-if __name__ != "__main__":
-    import pytest
+from axial_fused import _ext
 
-    from axial_fused import _ext
 
-    def _skip_reason() -> str | None:
-        if not torch.cuda.is_available() or _ext.C is None:
-            return "needs a CUDA device and the compiled extension"
-        ptx = [a.removesuffix("+PTX") for a in _ext.C.compiled_archs().split(";") if a.endswith("+PTX")]
-        if not ptx:
-            return f"the binary holds no PTX (archs {_ext.C.compiled_archs()})"
-        major, minor = torch.cuda.get_device_capability()
-        if major * 10 + minor < int(ptx[0]):
-            return f"compute_{ptx[0]} PTX does not run on sm_{major}{minor}"
-        return None
+def _skip_reason() -> str | None:
+    if not torch.cuda.is_available() or _ext.C is None:
+        return "needs a CUDA device and the compiled extension"
+    ptx = _ext.ptx_archs(_ext.C.compiled_archs())
+    if not ptx:
+        return f"the binary holds no PTX (archs {_ext.C.compiled_archs()})"
+    major, minor = torch.cuda.get_device_capability()
+    if major * 10 + minor < int(ptx[0]):
+        return f"compute_{ptx[0]} PTX does not run on sm_{major}{minor}"
+    return None
 
-    pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_reason()))]
 
-    def test_kernels_run_from_the_binarys_ptx():
-        env = dict(os.environ, CUDA_FORCE_PTX_JIT="1")
-        r = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True, timeout=1200)
-        print(r.stdout)
-        assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
-        assert "all cases passed" in r.stdout
+_SKIP = _skip_reason()
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_SKIP is not None, reason=str(_SKIP))]
+
+
+def test_kernels_run_from_the_binarys_ptx():
+    env = dict(os.environ, CUDA_FORCE_PTX_JIT="1")
+    r = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True, timeout=1200)
+    print(r.stdout)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    assert "all cases passed" in r.stdout
 
 
 def _main() -> int:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import axial_fused as af
-    from axial_fused import _ext
     from helpers import attention64, force_path, make_weights, pass64, rand_x, rel_err, to64
     from test_features import make_bias, make_mask
 

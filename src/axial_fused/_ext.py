@@ -230,6 +230,11 @@ def _sass_archs(compiled: str) -> list[str]:
     return [a.removesuffix("+PTX") for a in compiled.split(";") if a]
 
 
+def ptx_archs(compiled: str) -> list[str]:
+    """The archs whose PTX the binary holds ("80+PTX;90a" -> ["80"])."""
+    return [a.removesuffix("+PTX") for a in compiled.split(";") if a.endswith("+PTX")]
+
+
 def runs_from_ptx(capability: tuple[int, int], compiled: str) -> bool:
     """Whether a GPU of this compute capability runs the binary (built for the archs ``compiled``,
     e.g. "80+PTX;90a") from its PTX: no compiled SASS fits it (sm_XY code runs on sm_XZ, Z >= Y;
@@ -240,13 +245,13 @@ def runs_from_ptx(capability: tuple[int, int], compiled: str) -> bool:
             return False
         if not a.endswith("a") and int(a[:-1]) == major and int(a[-1]) <= minor:
             return False
-    return any(a.endswith("+PTX") for a in compiled.split(";"))
+    return bool(ptx_archs(compiled))
 
 
 def arch_message(gpu: str, capability: tuple[int, int], compiled: str, detail: str) -> str:
     """Why the binary (built for the archs ``compiled``) cannot run on this GPU, and what to install."""
     arch = f"{capability[0]}{capability[1]}"
-    ptx = [a.removesuffix("+PTX") for a in compiled.split(";") if a.endswith("+PTX")]
+    ptx = ptx_archs(compiled)
     reach = (f"; its compute_{ptx[0]} PTX runs on sm_{ptx[0]} and newer GPUs only" if ptx else
              " and holds no PTX for newer GPUs")
     return (f"GPU {gpu} (sm_{arch}) is not among the archs this binary was built for ({compiled}){reach}: "

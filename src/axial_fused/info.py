@@ -14,7 +14,7 @@ from importlib import metadata
 import torch
 
 from . import _ext
-from ._version import __version__
+from ._version import __version__, cuda_major
 
 
 def _distribution_version() -> str:
@@ -37,7 +37,7 @@ def _built_against() -> str:
     if bi.no_cuda:
         return f"no CUDA extension (built with AXIAL_FUSED_NO_CUDA=1), Python {bi.python_version}"
     text = (f"torch {bi.torch_version}, CUDA {bi.cuda_version}, Python {bi.python_version}; runs under torch >= "
-            f"{_ext.floor()} of CUDA {bi.cuda_version.split('.')[0]}.x, Python >= 3.10 (stable ABI, abi3)")
+            f"{_ext.floor()} of CUDA {cuda_major(bi.cuda_version)}.x, Python >= 3.10 (stable ABI, abi3)")
     if _ext.C is not None:
         torch_v, cudart = _ext.C.build_info()
         text += f" (the binary itself reports torch {torch_v}, CUDA runtime {cudart // 1000}.{cudart % 1000 // 10})"
