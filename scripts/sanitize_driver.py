@@ -75,7 +75,7 @@ def main() -> int:
                         print(f"{dt} dim {dim} heads {heads} x {tuple(x.shape)} path {path} tf32 {allow_tf32}: "
                               f"finite {bool(torch.isfinite(host).all())}; x at {x.data_ptr():#x}, out at "
                               f"{out.data_ptr():#x}, row weights at "
-                              f"{', '.join(f'{t.data_ptr():#x}' for t in w.row)}", flush=True)
+                              f"{', '.join(f'{t.data_ptr():#x}' for t in w.row if t is not None)}", flush=True)
     _ext.C.set_path_override(-1)
     print(f"sanitize driver: {calls} calls")
     return 0 if calls else 1

@@ -140,6 +140,14 @@ __device__ __forceinline__ float exp2_ftz(float x) {
   return y;
 }
 
+// The sigmoid gate's factor sigmoid(g) for its pre-activation g (the QKV product's fourth block, its
+// bias included). The two-kernel paths' K1 stores the factor itself in the scratch's gate columns
+// (off the attention kernel's busy special-function unit); the fused kernels apply it to their own
+// product.
+// (__fdividef: one reciprocal on the special-function unit, no IEEE division's slow path; 0 where
+// exp(-g) overflows, as the sigmoid's limit.)
+__device__ __forceinline__ float gate_of(float g) { return __fdividef(1.f, 1.f + __expf(-g)); }
+
 // The sums over a warp of N values at once, step by step across them (N shuffle chains overlapped).
 template <int N>
 __device__ __forceinline__ void warp_sum_rows(float (&v)[N]) {

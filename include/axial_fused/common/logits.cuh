@@ -5,8 +5,7 @@
 //             an absent key, whose logit it then replaces: float32 addition absorbs the score);
 //   FragmentTerms   the terms of a score fragment in the tensor cores' accumulator layout, compact
 //             (the Hopper fused kernel);
-//   terms_prep_kernel   the Hopper attention kernel's prepared terms (PassParams::key_bits, bias_frag);
-//   gate_of   the sigmoid gate's factor for one output element, from the gate's pre-activation.
+//   terms_prep_kernel   the Hopper attention kernel's prepared terms (PassParams::key_bits, bias_frag).
 #pragma once
 #include "axial_fused/common/device.cuh"
 
@@ -138,9 +137,5 @@ __global__ void terms_prep_kernel(const __grid_constant__ PassParams p, int head
     }
   }
 }
-
-// The gate's factor sigmoid(g) for its pre-activation g (the QKV product's fourth block, its bias
-// included).
-__device__ __forceinline__ float gate_of(float g) { return 1.f / (1.f + __expf(-g)); }
 
 }  // namespace axial_fused

@@ -38,6 +38,7 @@ __global__ void __launch_bounds__(Tr::THREADS) ln_qkv_kernel(const __grid_consta
       a += qb.x;
       b += qb.y;
     }
+    if (EXTRAS && c >= 3 * D) a = gate_of(a), b = gate_of(b);  // the gate's block: its factor
     store2(qkv + (t0 + r) * nq + c, a, b);
   };
   if (EXTRAS && p.gated) {  // the gate's block too: nq = 4D columns
@@ -162,13 +163,13 @@ __global__ void __launch_bounds__(Tr::THREADS) attn_out_kernel(const __grid_cons
         attend_tile<Tr>(st, qt, LDH, ks, ks + BN * LDH, LDH, kt * BN, lo, hi, p.scale_log2, ps + warp * 16 * Tr::LDP);
       }
       if (kt == nkt - 1) {
-        // o (times sigmoid(g), the gate's pre-activation in the query's scratch row) into the tile.
+        // o (times sigmoid(g), the gate's factor in the query's scratch row) into the tile.
         auto put = [&](int r, int c, float a, float b) {
           if (gated) {
             const int q = min(rw + r, L - 1);
             const float2 gv = load2(base + int64_t(q) * ld + 3 * D + h * HD + c);
-            a *= gate_of(gv.x);
-            b *= gate_of(gv.y);
+            a *= gv.x;
+            b *= gv.y;
           }
           if constexpr (SM90) {
             store2(xs + sw128_index<BM>(rg * 16 + r, h * HD + c), a, b);

@@ -239,28 +239,34 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
     }
     cp_async_commit();  // possibly empty: one group per chunk
   };
-  if constexpr (EXTRAS && SPLIT == 0) {
-    // The gate's pre-activations of this warpgroup's heads into their places in the output tile, as
-    // the first copy group (so complete at the first tile's wait): each head's output is multiplied
-    // by their sigmoid as it is stored there, by the threads that store it.
-    if (p.gated) {
-      constexpr int PPR = HD / 8;  // 16-byte pieces of a head's row
+  // The gate's factors (K1 stores sigmoid(g)) of this warpgroup's heads into their places in the
+  // output tile: each head's output is multiplied by them as it is stored there, by the threads that
+  // store it. They are first needed at the end of the first head, so they join the copy group of
+  // chunk 1 (the first head's second tile) where there is one, else they go first, in their own.
+  auto gate_copy = [&] {
+    constexpr int PPR = HD / 8;  // 16-byte pieces of a head's row
 #pragma unroll
-      for (int i = 0; i < (HEADS + 1) / 2; ++i) {
-        const int h = 2 * i + wg;
-        if (h < HEADS) {
+    for (int i = 0; i < (HEADS + 1) / 2; ++i) {
+      const int h = 2 * i + wg;
+      if (h < HEADS) {
 #pragma unroll
-          for (int v = wtid; v < BM * PPR; v += 128) {
-            const int r = v / PPR, c = h * HD + (v % PPR) * 8;
-            const bool ok = q0 + r < L;
-            cp_async16_shared(smem_u32(O + sw128_index<BM>(r, c)), ok ? qkv + int64_t(q0 + r) * ld + 3 * D + c : qkv, ok);
-          }
+        for (int v = wtid; v < BM * PPR; v += 128) {
+          const int r = v / PPR, c = h * HD + (v % PPR) * 8;
+          const bool ok = q0 + r < L;
+          cp_async16_shared(smem_u32(O + sw128_index<BM>(r, c)), ok ? qkv + int64_t(q0 + r) * ld + 3 * D + c : qkv, ok);
         }
       }
-      cp_async_commit();
     }
+  };
+  const bool gate_late = EXTRAS && SPLIT == 0 && p.gated && la >= 2 && nkt >= 2;
+  if (EXTRAS && SPLIT == 0 && p.gated && !gate_late) {
+    gate_copy();
+    cp_async_commit();
   }
-  for (int j = 0; j < la; ++j) load(j);
+  for (int j = 0; j < la; ++j) {
+    if (j == 1 && gate_late) gate_copy();
+    load(j);
+  }
 
   // TERMS: the unit (head h, key tile kt, query half M)'s terms into the score accumulators acc: per
   // row the bias (p.bias_frag: in 64-key chunks, thread t's 16 keys 8 jb + 2 t + c contiguous, as
@@ -425,7 +431,7 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
       }
       const int r0 = 64 * m + warp * 16 + g;
       if constexpr (SPLIT != 0) {
-        // With the gate: gf[e] = sigmoid(g) of output element e, g from the query's scratch row.
+        // With the gate: gf[e] = sigmoid(g) of output element e, from the query's scratch row.
         float gf[HD / 2];
 #pragma unroll
         for (int e = 0; e < HD / 2; ++e) gf[e] = 1.f;
@@ -437,8 +443,8 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
 #pragma unroll
               for (int jb = 0; jb < HD / 8; ++jb) {
                 const float2 gv = load2(qkv + int64_t(q) * ld + 3 * D + h * HD + 8 * jb + 2 * t);
-                gf[4 * jb + 2 * hr] = gate_of(gv.x);
-                gf[4 * jb + 2 * hr + 1] = gate_of(gv.y);
+                gf[4 * jb + 2 * hr] = gv.x;
+                gf[4 * jb + 2 * hr + 1] = gv.y;
               }
             }
           }
@@ -460,9 +466,9 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
             T* const at = O + sw128_index<BM>(r0 + 8 * hr, c);
             float f0 = inv[hr], f1 = inv[hr];
             if constexpr (EXTRAS) {
-              if (p.gated) {  // the gate's pre-activations, copied here at the start
+              if (p.gated) {  // the gate's factors, copied here (gate_copy)
                 const float2 gv = load2(at);
-                f0 *= gate_of(gv.x), f1 *= gate_of(gv.y);
+                f0 *= gv.x, f1 *= gv.y;
               }
             }
             store2(at, o[m][4 * jb + 2 * hr] * f0, o[m][4 * jb + 2 * hr + 1] * f1);

@@ -95,7 +95,17 @@ __device__ __forceinline__ void ln_qkv_sm90_body(const PassParams& p, const void
   constexpr int NFIX = EXTRAS ? 0 : C::N;
   T* const qkv = static_cast<T*>(p.scratch) + t0 * nq;
   const int rows = tokens - t0 < BM ? int(tokens - t0) : BM;
+  // The gate's block (columns 3D on) goes out as its factor sigmoid(g) (gate_of), 8 values a vector.
   auto store = [&](int r, int c, uint4 v) {
+    if (EXTRAS && c >= 3 * D) {
+      using P2 = Pack2<T>;
+      auto* pr = reinterpret_cast<typename P2::type*>(&v);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float2 g = P2::unpack(pr[i]);
+        pr[i] = P2::make(gate_of(g.x), gate_of(g.y));
+      }
+    }
     if (r < rows) st_global_16(qkv + (r * nq + c), v);
   };
 
