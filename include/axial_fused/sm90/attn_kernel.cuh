@@ -258,8 +258,8 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
       }
     }
   };
-  const bool gate_late = EXTRAS && SPLIT == 0 && p.gated && la >= 2 && nkt >= 2;
-  if (EXTRAS && SPLIT == 0 && p.gated && !gate_late) {
+  const bool gated = EXTRAS && SPLIT == 0 && p.gated, gate_late = gated && la >= 2;  // (la >= 2: nkt >= 2)
+  if (gated && !gate_late) {
     gate_copy();
     cp_async_commit();
   }
