@@ -268,16 +268,17 @@ void run_pass(const SpecInfo* spec, const Tensor& in, const Tensor& out, const P
   Tensor key_bits, bias_frag;
   const bool hopper_attention = dev.sm90a && spec->hopper_attention;
   if (plan.path == kPathTwoKernel && (p.mask || (p.bias && hopper_attention))) {
-    p.kp = (p.len + 63) / 64 * 64;
+    // (a multiple of 128, the Hopper attention kernel's largest key tile: no tile reads past its terms)
+    p.kp = (p.len + 127) / 128 * 128;
     if (p.mask) {
       key_bits = torch::stable::new_empty(in, {p.num_seq * (p.kp / 16)}, ScalarType::Short);
       p.key_bits = static_cast<const uint16_t*>(key_bits.data_ptr());
     }
     if (p.bias && hopper_attention) {
       const int64_t batches = p.bias_stride_b == 0 ? 1 : B;
-      bias_frag = torch::stable::new_empty(in, {batches * spec->heads * p.len * p.kp}, ScalarType::Half);
+      bias_frag = torch::stable::new_empty(in, {batches * spec->heads * p.kp * p.kp}, ScalarType::Half);
       p.bias_frag = static_cast<const __half*>(bias_frag.data_ptr());
-      p.bias_frag_stride_b = p.bias_stride_b == 0 ? 0 : int64_t(spec->heads) * p.len * p.kp;
+      p.bias_frag_stride_b = p.bias_stride_b == 0 ? 0 : int64_t(spec->heads) * p.kp * p.kp;
     }
   }
   const cudaError_t err = spec->launch(p, current_stream(device));

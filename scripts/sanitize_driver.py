@@ -1,6 +1,8 @@
 """The workload scripts/sanitize.sh runs under compute-sanitizer: a handful of small calls that cover
 every dtype (and both float32 modes), every head_dim of the compiled set, lengths 1 and 1024, lengths
-that are not a multiple of the 64-token tile, packed short sequences, and both kernel paths.
+that are not a multiple of the 64-token tile, packed short sequences, and both kernel paths; each 16-bit call again with every optional feature
+(mask, row and column bias, gate, q/k/v bias: the prepared terms and the EXTRAS kernels), except
+under initcheck (SANITIZE_FEATURES=0).
 
 Inputs are made on the CPU and copied (initcheck sees a copy as initialising memory; no PyTorch kernel
 needs checking). No reference is computed here: correctness is the GPU tests' job; this run only has
@@ -29,17 +31,32 @@ from axial_fused import _ext
 PLAN = {(64, 4): [(1, 1, 1), (1, 1024, 1), (2, 33, 7)], (192, 6): [(1, 33, 65), (3, 100, 9), (1, 2, 300)],
         (256, 8): [(1, 3, 300)], (768, 12): [(1, 5, 70), (1, 3, 150)]}
 FORCED_PATHS = {(64, 4, (2, 33, 7)): (-1, 0, 1), (192, 6, (3, 100, 9)): (-1, 2), (768, 12, (1, 3, 150)): (-1, 1)}
+FEATURES = os.environ.get("SANITIZE_FEATURES", "1") != "0"  # the calls with the optional features too
 HOPPER_FUSED = 2  # 16-bit only, and only where the binary has sm_90a code for a 9.0 GPU
 
 
-def weights(dtype, dim, heads):
+def weights(dtype, dim, heads, extras=False):
+    """Both passes' weights; extras: with q/k/v bias and the gate."""
     g = torch.Generator().manual_seed(dim + heads)
     # Every value is made on the CPU and copied: the kernel filter leaves PyTorch's kernels
     # uninstrumented, so initcheck would not see their writes (an add on the GPU would make the
     # LayerNorm weight look uninitialised).
     r = lambda *s, shift=0.0: (torch.randn(*s, generator=g) * dim ** -0.5 + shift).to(dtype).cuda()
-    pw = lambda: af.PassWeights(r(dim, shift=1.0), r(dim), r(3 * dim, dim), r(dim, dim), r(dim))
+    pw = lambda: af.PassWeights(r(dim, shift=1.0), r(dim), r(3 * dim, dim), r(dim, dim), r(dim),
+                                *((r(3 * dim), r(dim, dim), r(dim)) if extras else ()))
     return af.AxialWeights.create(pw(), pw(), heads)
+
+
+def features(x, heads, dtype):
+    """The optional features for x [B, H, W, D], made on the CPU (as weights): a mask with a padded
+    tail and holes, a row bias of x's batch in x's dtype and a column bias of batch 1 in float32."""
+    B, H, W, _ = x.shape
+    g = torch.Generator().manual_seed(H * W)
+    mask = torch.rand(B, H, W, generator=g) > 0.2
+    mask[:, :, W - W // 4:] = False  # (uint8, contiguous, as the kernels read it: no conversion on the GPU)
+    bias_row = (torch.randn(B, heads, W, W, generator=g) * 2).to(dtype).cuda()
+    bias_col = (torch.randn(1, heads, H, H, generator=g) * 2).cuda()
+    return dict(mask=mask.to(torch.uint8).cuda(), row_bias=bias_row, col_bias=bias_col)
 
 
 def main() -> int:
@@ -53,7 +70,7 @@ def main() -> int:
         for dt, dtype in (("float32", torch.float32), ("float16", torch.float16), ("bfloat16", torch.bfloat16)):
             if (dt, dim, heads) not in specs:
                 continue
-            w = weights(dtype, dim, heads)
+            w, wf = weights(dtype, dim, heads), weights(dtype, dim, heads, extras=True)
             for shape in shapes:
                 x = torch.randn(*shape, dim).to(dtype).cuda()
                 for path in FORCED_PATHS.get((dim, heads, shape), (-1,)):
@@ -65,6 +82,10 @@ def main() -> int:
                         _ext.C.set_path_override(path)
                         with torch.inference_mode():
                             out = af.axial_attention(x, w, strict=True)
+                            # The optional features (mask, bias, gate, q/k/v bias) where the path takes them.
+                            if FEATURES and dtype != torch.float32 and path != HOPPER_FUSED:
+                                out_f = af.axial_attention(x, wf, strict=True, **features(x, heads, dtype))
+                                calls += int(torch.isfinite(out_f.cpu()).all())
                         # Checked on a host copy: a GPU-side isfinite().all() is a PyTorch kernel that
                         # initcheck does not see (the filter), so reading its result back looked like an
                         # uninitialised cudaMemcpy source (one report per call). Copying

@@ -256,12 +256,11 @@ struct Spec {
     const int64_t tokens = p.num_seq * p.len;
     if constexpr (EXTRAS) {
       if (p.key_bits || p.bias_frag) {  // the attention kernel's prepared terms, in its order
-        const int64_t n = (p.key_bits ? p.num_seq * (p.kp / 16) : 0) +
-                          (p.bias_frag ? (p.bias_stride_b == 0 ? 1 : p.num_seq / p.seq_inner) * HEADS * p.len * p.kp : 0);
-        const int64_t blocks = (n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096;
+        const int64_t blocks = terms_prep_key_blocks(p) + (p.bias_frag ? (p.bias_stride_b == 0 ? 1 : p.num_seq / p.seq_inner) *
+                                                                           HEADS * (p.kp / 16) * (p.kp / 64) : 0);
         const bool frag = kHopperAttention && p.arch == 90;
-        const cudaError_t e = frag ? launch_with_smem<terms_prep_kernel<T, true>>(blocks, 256, 0, stream, p, HEADS)
-                                   : launch_with_smem<terms_prep_kernel<T, false>>(blocks, 256, 0, stream, p, HEADS);
+        const cudaError_t e = frag ? launch_with_smem<terms_prep_kernel<T, true>>(blocks, kTermsPrepThreads, 0, stream, p, HEADS)
+                                   : launch_with_smem<terms_prep_kernel<T, false>>(blocks, kTermsPrepThreads, 0, stream, p, HEADS);
         if (e != cudaSuccess) return e;
       }
     }

@@ -62,13 +62,14 @@ struct PassParams {
   int bias_f32;
   int64_t bias_stride_b, bias_stride_h, bias_stride_q;
   // The same terms prepared by terms_prep_kernel for the two-kernel path's attention (null: not
-  // prepared; the fused kernels read mask and bias above), in rows of kp = L rounded up to 64 keys:
+  // prepared; the fused kernels read mask and bias above), in rows of kp = L rounded up to 128 keys:
   // key_bits [S, kp / 16], bit i of word w of a sequence set where its key w * 16 + i is absent (the
   // mma.sync kernel's plain order), or, for the Hopper attention kernel, key frag_key(16 w + i) (each
   // 64 keys in fragment order, frag_pos); zero past L. Only the Hopper attention kernel reads the
-  // bias prepared: bias_frag [1 or B, heads, L, kp] in fragment order, the bias times
-  // sqrt(head_dim) (in units of the raw product q.k, which the kernel's score accumulators start
-  // from) in float16, saturated at +-65504 (zero past L), batch stride bias_frag_stride_b (0: one).
+  // bias prepared: bias_frag [1 or B, heads, kp, kp] in warp blocks (bias_block_row / _key), the
+  // bias times sqrt(head_dim) (in units of the raw product q.k, which the kernel's score
+  // accumulators start from) in float16, saturated at +-65504 (zero past L on either axis), batch
+  // stride bias_frag_stride_b (0: one).
   const uint16_t* key_bits;
   const __half* bias_frag;
   int64_t bias_frag_stride_b;
@@ -100,6 +101,17 @@ __host__ __device__ constexpr int frag_pos(int l) {
 }
 __host__ __device__ constexpr int frag_key(int pos) {  // the inverse of frag_pos
   return (pos & ~63) | (((pos >> 1) & 7) << 3) | (((pos >> 4) & 3) << 1) | (pos & 1);
+}
+// The prepared bias of one (batch, head), kp x kp, is stored in blocks of 16 query rows x 64 keys
+// (2 KB: one warp's share of a 64 x 64 score tile), block (row / 16, key / 64) at
+// ((row / 16) * (kp / 64) + key / 64) * 1024 elements, each in the order the warp reads it: four
+// fully coalesced 16-byte loads a thread, load j of lane 4 g + t at element j * 256 + lane * 8,
+// holding its accumulator elements of row g + 8 (j >> 1), keys 8 jb + 2 t + c for
+// jb = 4 (j & 1) + jj (jj < 4, c < 2, in that order). Element `pos` of a block is the bias of
+// (row, key) = (bias_block_row(pos), bias_block_key(pos)) relative to the block's first.
+__host__ __device__ constexpr int bias_block_row(int pos) { return ((pos >> 5) & 7) + 8 * (pos >> 9); }
+__host__ __device__ constexpr int bias_block_key(int pos) {
+  return 8 * (4 * ((pos >> 8) & 1) + ((pos >> 1) & 3)) + 2 * ((pos >> 3) & 3) + (pos & 1);
 }
 
 // Whether a pass uses any of the optional features: every kernel has a plain variant (the pass

@@ -3,7 +3,7 @@
     python scripts/dev/gemm_ceiling.py [SHAPE ...]
 
 For each benchmark shape, times torch.matmul (cuBLAS, bf16) on the QKV product [N, D] x [D, 3D] and
-the output projection [N, D] x [D, D] of one pass (N = B*H*W tokens), on random data, and prints
+with the gate's block [N, D] x [D, 4D], and the output projection [N, D] x [D, D] of one pass (N = B*H*W tokens), on random data, and prints
 microseconds and TFLOP/s: the rate our K1 / out-projection could aim for with an ordinary GEMM.
 """
 import sys
@@ -34,7 +34,7 @@ def main() -> None:
         n = B * H * W
         dtype = bench.DTYPES[dt]
         x = torch.randn(n, D, device="cuda", dtype=dtype)
-        for label, cols in (("qkv", 3 * D), ("out", D)):
+        for label, cols in (("qkv", 3 * D), ("qkv+gate", 4 * D), ("out", D)):
             w = torch.randn(cols, D, device="cuda", dtype=dtype) / D**0.5
             us = time_us(lambda: torch.matmul(x, w.t()))
             print(f"{name} {label} [{n}, {D}] x [{D}, {cols}]: {us:.1f} us, {2 * n * D * cols / us / 1e6:.0f} TFLOP/s")

@@ -101,41 +101,55 @@ struct FragmentTerms {
 };
 
 // Writes PassParams::key_bits and bias_frag (where set) from the mask and the bias, read through
-// their strides: one thread a word of key_bits or an element of bias_frag, in the order they are
-// stored (FRAG: the Hopper attention kernel's fragment order, else keys in order). Launched before
-// K1 of the two-kernel path.
+// their strides. The first kTermsPrepKeyBlocks(p) blocks write key_bits, a thread a word (FRAG: the
+// Hopper attention kernel's fragment order, else keys in order); each block after them one 2 KB warp
+// block of bias_frag (bias_block_row / _key), a thread 8 elements as one 16-byte store, so no thread
+// divides more than once. Launched before K1 of the two-kernel path with kTermsPrepThreads threads
+// a block.
+constexpr int kTermsPrepThreads = 128;
+__host__ __device__ inline int64_t terms_prep_key_blocks(const PassParams& p) {
+  return p.key_bits ? (p.num_seq * (p.kp / 16) + kTermsPrepThreads - 1) / kTermsPrepThreads : 0;
+}
 template <class T, bool FRAG>
-__global__ void terms_prep_kernel(const __grid_constant__ PassParams p, int heads) {
-  const auto key_at = [](int pos) { return FRAG ? frag_key(pos) : pos; };
+__global__ void __launch_bounds__(kTermsPrepThreads) terms_prep_kernel(const __grid_constant__ PassParams p, int heads) {
   const int L = p.len, kp = p.kp;
-  const int64_t nk = p.key_bits ? p.num_seq * (kp / 16) : 0;
-  const int64_t batches = p.bias_stride_b == 0 ? 1 : p.num_seq / p.seq_inner;
-  const int64_t nb = p.bias_frag ? batches * heads * L * kp : 0;
-  const float root_hd = 1.4426950408889634f / p.scale_log2;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < nk + nb; i += int64_t(gridDim.x) * blockDim.x) {
-    if (i < nk) {
-      const int64_t s = i / (kp / 16), outer = s / p.seq_inner;
-      const unsigned char* m = p.mask + outer * p.m_stride_outer + (s - outer * p.seq_inner) * p.m_stride_inner;
-      const int pos0 = int(i - s * (kp / 16)) * 16;
-      uint32_t bits = 0;
-      for (int b = 0; b < 16; ++b) {
-        const int l = key_at(pos0 + b);
-        if (l < L && m[l * p.m_stride_tok] == 0) bits |= 1u << b;
-      }
-      const_cast<uint16_t*>(p.key_bits)[i] = uint16_t(bits);
-    } else {
-      const int64_t j = i - nk, row = j / kp;  // row (b * heads + h) * L + q
-      const int l = key_at(int(j - row * kp));
-      float v = 0.f;
-      if (l < L) {
-        const int64_t q = row % L, bh = row / L, h = bh % heads, b = bh / heads;
-        const int64_t off = b * p.bias_stride_b + h * p.bias_stride_h + q * p.bias_stride_q + l;
-        v = (p.bias_f32 ? static_cast<const float*>(p.bias)[off] : Pack2<T>::to_float(static_cast<const T*>(p.bias)[off])) *
-            root_hd;
-      }
-      const_cast<__half*>(p.bias_frag)[j] = __float2half_rn(fminf(fmaxf(v, -65504.f), 65504.f));
+  const int64_t key_blocks = terms_prep_key_blocks(p);
+  if (blockIdx.x < key_blocks) {
+    const int64_t i = blockIdx.x * int64_t(kTermsPrepThreads) + threadIdx.x;
+    if (i >= p.num_seq * (kp / 16)) return;
+    const int64_t s = i / (kp / 16), outer = s / p.seq_inner;
+    const unsigned char* m = p.mask + outer * p.m_stride_outer + (s - outer * p.seq_inner) * p.m_stride_inner;
+    const int pos0 = int(i - s * (kp / 16)) * 16;
+    uint32_t bits = 0;
+    for (int b = 0; b < 16; ++b) {
+      const int l = FRAG ? frag_key(pos0 + b) : pos0 + b;
+      if (l < L && m[l * p.m_stride_tok] == 0) bits |= 1u << b;
     }
+    const_cast<uint16_t*>(p.key_bits)[i] = uint16_t(bits);
+    return;
   }
+  // Warp block blk = (bh * (kp / 16) + row / 16) * (kp / 64) + key / 64; this thread's elements
+  // pos = 8 threadIdx.x + e (e < 8) share their row and have keys key0 + 8 (e >> 1) + (e & 1).
+  static_assert(kTermsPrepThreads * 8 == 1024, "a block of threads a warp block of the bias");
+  const int64_t blk = blockIdx.x - key_blocks, rows = blk / (kp / 64), bh = rows / (kp / 16);
+  const int pos = 8 * threadIdx.x;
+  const int q = int(rows - bh * (kp / 16)) * 16 + bias_block_row(pos);
+  const int key0 = int(blk - rows * (kp / 64)) * 64 + bias_block_key(pos);
+  const int64_t h = bh % heads, b = bh / heads;
+  const int64_t row_off = b * p.bias_stride_b + h * p.bias_stride_h + q * p.bias_stride_q;
+  const float root_hd = 1.4426950408889634f / p.scale_log2;
+  alignas(16) __half v[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    const int l = key0 + 8 * (e >> 1) + (e & 1);
+    float x = 0.f;
+    if (l < L && q < L)
+      x = (p.bias_f32 ? static_cast<const float*>(p.bias)[row_off + l]
+                      : Pack2<T>::to_float(static_cast<const T*>(p.bias)[row_off + l])) *
+          root_hd;
+    v[e] = __float2half_rn(fminf(fmaxf(x, -65504.f), 65504.f));
+  }
+  *reinterpret_cast<uint4*>(const_cast<__half*>(p.bias_frag) + blk * 1024 + pos) = *reinterpret_cast<const uint4*>(v);
 }
 
 }  // namespace axial_fused

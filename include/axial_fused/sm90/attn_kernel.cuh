@@ -268,39 +268,38 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
     load(j);
   }
 
-  // TERMS: the unit (head h, key tile kt, query half M)'s terms into the score accumulators acc: per
-  // row the bias (p.bias_frag: in 64-key chunks, thread t's 16 keys 8 jb + 2 t + c contiguous, as
-  // (jb, c): four 8-byte loads), and kMaskedRaw for the absent keys (p.key_bits: one bit each, in
-  // the same order).
+  // TERMS: the unit (head h, key tile kt, query half M)'s terms into the score accumulators acc: the
+  // bias (p.bias_frag: per 64-key chunk, this warp's 16 x 64 block, bias_block_row / _key: four
+  // coalesced 16-byte loads a thread), and kMaskedRaw for the absent keys (p.key_bits: one bit each,
+  // in fragment order, frag_pos).
   [[maybe_unused]] const uint16_t* kbits = TM ? p.key_bits + s * (p.kp / 16) : nullptr;
   [[maybe_unused]] const __half* bfrag = TB ? p.bias_frag + (s / p.seq_inner) * p.bias_frag_stride_b : nullptr;
   [[maybe_unused]] auto load_terms = [&](float (&acc)[BN / 2], int h, int kt, int M) {
-    const int ra = q0 + M * 64 + warp * 16 + g;
-    const int rows[2] = {ra < L ? ra : L - 1, ra + 8 < L ? ra + 8 : L - 1};
 #pragma unroll
     for (int ch = 0; ch < BN / 64; ++ch) {
       const int k0 = kt * BN + ch * 64 + t * 16;
       const uint32_t absent = TM ? __ldg(kbits + k0 / 16) : 0u;
+      // (the warp's block: head h, query rows from q0 + 64 M + 16 warp, key chunk kt * BN / 64 + ch)
+      [[maybe_unused]] const __half* blk =
+          TB ? bfrag + ((int64_t(h) * (p.kp / 16) + (q0 + M * 64) / 16 + warp) * (p.kp / 64) + kt * (BN / 64) + ch) * 1024 +
+                   lane * 8
+             : nullptr;
 #pragma unroll
-      for (int i = 0; i < 2; ++i) {
+      for (int j = 0; j < 4; ++j) {
+        uint4 u = make_uint4(0u, 0u, 0u, 0u);
+        if constexpr (TB) u = __ldg(reinterpret_cast<const uint4*>(blk + j * 256));
+        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+        const int i = j >> 1;
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-          if constexpr (TB) {
-            const uint2 u = __ldg(reinterpret_cast<const uint2*>(bfrag + (int64_t(h) * L + rows[i]) * p.kp + k0) + k);
-            const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&u.x));
-            const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&u.y));
-            v = make_float4(a.x, a.y, b.x, b.y);
-          }
+        for (int jj = 0; jj < 4; ++jj) {
+          const int jb = 4 * (j & 1) + jj;  // the 8-key block within the chunk
+          float2 v = make_float2(0.f, 0.f);
+          if constexpr (TB) v = __half22float2(*reinterpret_cast<const __half2*>(&w[jj]));
           if constexpr (TM) {
-            v.x = absent >> (4 * k) & 1u ? kMaskedRaw : v.x;
-            v.y = absent >> (4 * k + 1) & 1u ? kMaskedRaw : v.y;
-            v.z = absent >> (4 * k + 2) & 1u ? kMaskedRaw : v.z;
-            v.w = absent >> (4 * k + 3) & 1u ? kMaskedRaw : v.w;
+            v.x = absent >> (2 * jb) & 1u ? kMaskedRaw : v.x;
+            v.y = absent >> (2 * jb + 1) & 1u ? kMaskedRaw : v.y;
           }
-          const int jb = ch * 8 + 2 * k;
-          acc[4 * jb + 2 * i] = v.x, acc[4 * jb + 2 * i + 1] = v.y;
-          acc[4 * jb + 4 + 2 * i] = v.z, acc[4 * jb + 4 + 2 * i + 1] = v.w;
+          acc[4 * (ch * 8 + jb) + 2 * i] = v.x, acc[4 * (ch * 8 + jb) + 2 * i + 1] = v.y;
         }
       }
     }
