@@ -101,7 +101,7 @@ struct FragmentTerms {
 };
 
 // Writes PassParams::key_bits and bias_frag (where set) from the mask and the bias, read through
-// their strides. The first kTermsPrepKeyBlocks(p) blocks write key_bits, a thread a word (FRAG: the
+// their strides. The first terms_prep_key_blocks(p) blocks write key_bits, a thread a word (FRAG: the
 // Hopper attention kernel's fragment order, else keys in order); each block after them one 2 KB warp
 // block of bias_frag (bias_block_row / _key), a thread 8 elements as one 16-byte store, so no thread
 // divides more than once. Launched before K1 of the two-kernel path with kTermsPrepThreads threads
