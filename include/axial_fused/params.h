@@ -93,9 +93,9 @@ constexpr float kMaskedRaw = -0x1p100f;
 
 // The prepared terms a Hopper attention kernel reads (its TERMS template argument).
 constexpr int kTermBias = 1, kTermMask = 2;
-// Where key l's prepared term lies in its row: in each chunk of 64 keys, thread t = (l / 2) % 4 of a
-// quad holds keys 8 jb + 2 t + c (jb < 8, c < 2) of a score fragment; they are stored contiguously,
-// in the order (t, jb, c), so a thread reads its 16 with four 16-byte loads.
+// Where key l's bit lies in the Hopper attention kernel's key_bits: in each chunk of 64 keys, thread
+// t = (l / 2) % 4 of a quad holds keys 8 jb + 2 t + c (jb < 8, c < 2) of a score fragment; they are
+// stored contiguously, in the order (t, jb, c), so a thread's 16 bits are one word.
 __host__ __device__ constexpr int frag_pos(int l) {
   return (l & ~63) | (((l >> 1) & 3) << 4) | (((l >> 3) & 7) << 1) | (l & 1);
 }
