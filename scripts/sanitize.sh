@@ -25,9 +25,9 @@ tools=("$@"); [[ ${#tools[@]} -gt 0 ]] || tools=(memcheck synccheck racecheck in
 parallel=${SANITIZE_PARALLEL:-1}
 run_tool() {  # limit tool filter...
   local limit=$1 tool=$2; shift 2
-  # shellcheck disable=SC2068
   # (initcheck without the feature calls: PyTorch's uninstrumented copies of the gate's weights would
   # read as uninitialised)
+  # shellcheck disable=SC2068
   SANITIZE_FEATURES=$([[ $tool == initcheck ]] && echo 0 || echo 1) timeout "$limit" "$CS" --tool "$tool" $@ \
     --error-exitcode 3 --print-limit 20 python3 scripts/sanitize_driver.py > "$OUT/sanitize-$tool.log" 2>&1
 }

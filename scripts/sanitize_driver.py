@@ -1,8 +1,8 @@
 """The workload scripts/sanitize.sh runs under compute-sanitizer: a handful of small calls that cover
 every dtype (and both float32 modes), every head_dim of the compiled set, lengths 1 and 1024, lengths
-that are not a multiple of the 64-token tile, packed short sequences, and both kernel paths; each 16-bit call again with every optional feature
-(mask, row and column bias, gate, q/k/v bias: the prepared terms and the EXTRAS kernels), except
-under initcheck (SANITIZE_FEATURES=0).
+that are not a multiple of the 64-token tile, packed short sequences, and both kernel paths; each
+16-bit call again with every optional feature (mask, row and column bias, gate, q/k/v bias: the
+prepared terms and the EXTRAS kernels), except under initcheck (SANITIZE_FEATURES=0).
 
 Inputs are made on the CPU and copied (initcheck sees a copy as initialising memory; no PyTorch kernel
 needs checking). No reference is computed here: correctness is the GPU tests' job; this run only has
@@ -53,9 +53,10 @@ def features(x, heads, dtype):
     B, H, W, _ = x.shape
     g = torch.Generator().manual_seed(H * W)
     mask = torch.rand(B, H, W, generator=g) > 0.2
-    mask[:, :, W - W // 4:] = False  # (uint8, contiguous, as the kernels read it: no conversion on the GPU)
+    mask[:, :, W - W // 4:] = False
     bias_row = (torch.randn(B, heads, W, W, generator=g) * 2).to(dtype).cuda()
     bias_col = (torch.randn(1, heads, H, H, generator=g) * 2).cuda()
+    # (the mask as uint8, the layout the kernels read: no conversion on the GPU)
     return dict(mask=mask.to(torch.uint8).cuda(), row_bias=bias_row, col_bias=bias_col)
 
 
@@ -82,10 +83,12 @@ def main() -> int:
                         _ext.C.set_path_override(path)
                         with torch.inference_mode():
                             out = af.axial_attention(x, w, strict=True)
-                            # The optional features (mask, bias, gate, q/k/v bias) where the path takes them.
-                            if FEATURES and dtype != torch.float32 and path != HOPPER_FUSED:
-                                out_f = af.axial_attention(x, wf, strict=True, **features(x, heads, dtype))
-                                calls += int(torch.isfinite(out_f.cpu()).all())
+                            # The optional features (mask, bias, gate, q/k/v bias) where the path takes
+                            # them (the Hopper fused kernel has no gate).
+                            with_features = FEATURES and dtype != torch.float32 and path != HOPPER_FUSED
+                            if with_features:
+                                out_f = af.axial_attention(x, wf, strict=True, **features(x, heads, dtype)).cpu()
+                                calls += 1
                         # Checked on a host copy: a GPU-side isfinite().all() is a PyTorch kernel that
                         # initcheck does not see (the filter), so reading its result back looked like an
                         # uninitialised cudaMemcpy source (one report per call). Copying
@@ -96,7 +99,9 @@ def main() -> int:
                         print(f"{dt} dim {dim} heads {heads} x {tuple(x.shape)} path {path} tf32 {allow_tf32}: "
                               f"finite {bool(torch.isfinite(host).all())}; x at {x.data_ptr():#x}, out at "
                               f"{out.data_ptr():#x}, row weights at "
-                              f"{', '.join(f'{t.data_ptr():#x}' for t in w.row if t is not None)}", flush=True)
+                              f"{', '.join(f'{t.data_ptr():#x}' for t in w.row if t is not None)}"
+                              + (f"; with the features: finite {bool(torch.isfinite(out_f).all())}" if with_features else ""),
+                              flush=True)
     _ext.C.set_path_override(-1)
     print(f"sanitize driver: {calls} calls")
     return 0 if calls else 1

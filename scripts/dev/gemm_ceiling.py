@@ -2,9 +2,10 @@
 
     python scripts/dev/gemm_ceiling.py [SHAPE ...]
 
-For each benchmark shape, times torch.matmul (cuBLAS, bf16) on the QKV product [N, D] x [D, 3D] and
-with the gate's block [N, D] x [D, 4D], and the output projection [N, D] x [D, D] of one pass (N = B*H*W tokens), on random data, and prints
-microseconds and TFLOP/s: the rate our K1 / out-projection could aim for with an ordinary GEMM.
+For each benchmark shape, times torch.matmul (cuBLAS, bf16) on the QKV product [N, D] x [D, 3D], the
+same with the gate's block [N, D] x [D, 4D], and the output projection [N, D] x [D, D] of one pass
+(N = B*H*W tokens), on random data, and prints microseconds and TFLOP/s: the rate our K1 /
+out-projection could aim for with an ordinary GEMM.
 """
 import sys
 
