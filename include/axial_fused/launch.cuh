@@ -256,8 +256,7 @@ struct Spec {
     const int64_t tokens = p.num_seq * p.len;
     if constexpr (EXTRAS) {
       if (p.key_bits || p.bias_frag) {  // the attention kernel's prepared terms, in its order
-        const int64_t blocks = terms_prep_key_blocks(p) + (p.bias_frag ? (p.bias_stride_b == 0 ? 1 : p.num_seq / p.seq_inner) *
-                                                                           HEADS * (p.kp / 16) * (p.kp / 64) : 0);
+        const int64_t blocks = terms_prep_blocks(p, HEADS);
         const bool frag = kHopperAttention && p.arch == 90;
         const cudaError_t e = frag ? launch_with_smem<terms_prep_kernel<T, true>>(blocks, kTermsPrepThreads, 0, stream, p, HEADS)
                                    : launch_with_smem<terms_prep_kernel<T, false>>(blocks, kTermsPrepThreads, 0, stream, p, HEADS);
