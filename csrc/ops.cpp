@@ -113,14 +113,6 @@ Tensor packed_mask(const Tensor& m) {
   return t == ScalarType::Bool || t == ScalarType::Byte ? m : torch::stable::to(m, ScalarType::Bool);
 }
 
-// The logit bias with unit key stride, as the kernels read a bias row (key l at element l;
-// LogitRow), copied once where it has another key stride (a few microseconds against a pass over
-// the grid). The Hopper attention kernel's prepared copy (terms_prep_kernel) reads any strides.
-Tensor packed_bias(const Tensor& b) {
-  if (!b.defined() || b.size(3) == 1 || b.stride(3) == 1) return b;
-  return torch::stable::contiguous(b);
-}
-
 // ---- the argument checks ------------------------------------------------------------------------
 
 constexpr int kWeightFields = 8;
@@ -247,7 +239,7 @@ Tensor axial_pass_cuda(Tensor x, AXIAL_PASS_ARGS(), int64_t num_heads, int64_t a
   check_extras(x, num_heads, m, {{&b, axis}}, 1);
   const torch::stable::accelerator::DeviceGuard guard(x.get_device_index());
   Tensor out = torch::stable::new_empty(x, x.sizes());
-  run_pass(spec, packed_x(x), out, packed(w), axis, eps, {packed_mask(m), packed_bias(b), residual});
+  run_pass(spec, packed_x(x), out, packed(w), axis, eps, {packed_mask(m), b, residual});
   return out;
 }
 
@@ -261,9 +253,9 @@ Tensor axial_attention_cuda(Tensor x, AXIAL_PASS_ARGS(r), AXIAL_PASS_ARGS(c), in
   const torch::stable::accelerator::DeviceGuard guard(x.get_device_index());
   Tensor out = torch::stable::new_empty(x, x.sizes());
   const Tensor m = packed_mask(opt(mask));
-  run_pass(spec, packed_x(x), out, packed(row_w), 0, eps, {m, packed_bias(rb), residual});
+  run_pass(spec, packed_x(x), out, packed(row_w), 0, eps, {m, rb, residual});
   // The column pass in place: each element is read before it is written.
-  run_pass(spec, out, out, packed(col_w), 1, eps, {m, packed_bias(cb), residual});
+  run_pass(spec, out, out, packed(col_w), 1, eps, {m, cb, residual});
   return out;
 }
 

@@ -236,14 +236,6 @@ void run_pass(const SpecInfo* spec, const Tensor& in, const Tensor& out, const P
     p.m_stride_inner = m.stride(ax_seq);
     p.m_stride_tok = m.stride(ax_tok);
   }
-  if (extras.bias.defined()) {  // [1 or B, heads, L, L]
-    const Tensor& b = extras.bias;
-    p.bias = b.data_ptr();
-    p.bias_f32 = b.scalar_type() == ScalarType::Float ? 1 : 0;
-    p.bias_stride_b = b.size(0) == 1 ? 0 : b.stride(0);
-    p.bias_stride_h = b.stride(1);
-    p.bias_stride_q = b.stride(2);  // (the key stride is 1: packed_bias)
-  }
   p.eps = float(eps);
   p.scale_log2 = float(1.4426950408889634 / std::sqrt(double(D / spec->heads)));
   p.math = (spec->dtype == kFloat32 && float32_matmul_allows_tf32()) ? kTf32 : kExactFp32;
@@ -267,6 +259,20 @@ void run_pass(const SpecInfo* spec, const Tensor& in, const Tensor& out, const P
   // kernel the bias prepared too (PassParams::key_bits, bias_frag; written by the launch before K1).
   Tensor key_bits, bias_frag;
   const bool hopper_attention = dev.sm90a && spec->hopper_attention;
+  // The bias, [1 or B, heads, L, L]: read through its strides where it is prepared (terms_prep_kernel),
+  // else with unit key stride (LogitRow), so another key stride (the triangle ending node's bias, the
+  // starting node's transposed) is copied once for those kernels.
+  Tensor bias = extras.bias;
+  if (bias.defined()) {
+    const bool prepared = plan.path == kPathTwoKernel && hopper_attention;
+    if (!prepared && bias.size(3) > 1 && bias.stride(3) != 1) bias = torch::stable::contiguous(bias);
+    p.bias = bias.data_ptr();
+    p.bias_f32 = bias.scalar_type() == ScalarType::Float ? 1 : 0;
+    p.bias_stride_b = bias.size(0) == 1 ? 0 : bias.stride(0);
+    p.bias_stride_h = bias.stride(1);
+    p.bias_stride_q = bias.stride(2);
+    p.bias_stride_k = bias.size(3) == 1 ? 1 : bias.stride(3);
+  }
   if (plan.path == kPathTwoKernel && (p.mask || (p.bias && hopper_attention))) {
     // (a multiple of 128, the Hopper attention kernel's largest key tile: no tile reads past its terms)
     p.kp = (p.len + 127) / 128 * 128;

@@ -55,12 +55,13 @@ struct PassParams {
   const unsigned char* mask;
   int64_t m_stride_outer, m_stride_inner, m_stride_tok;
   // Additive bias of the scaled logits (null: none): element (batch s / seq_inner, head h, query i,
-  // key j) at b * bias_stride_b + h * bias_stride_h + i * bias_stride_q + j (bias_stride_b = 0: one
-  // bias for the whole batch); float32 (bias_f32) or the input's dtype. The op packs it so that the
-  // key stride is 1.
+  // key j) at b * bias_stride_b + h * bias_stride_h + i * bias_stride_q + j * bias_stride_k
+  // (bias_stride_b = 0: one bias for the whole batch); float32 (bias_f32) or the input's dtype. The
+  // kernels that read it directly (LogitRow) take bias_stride_k = 1: run_pass copies any other bias
+  // for them; terms_prep_kernel reads any strides.
   const void* bias;
   int bias_f32;
-  int64_t bias_stride_b, bias_stride_h, bias_stride_q;
+  int64_t bias_stride_b, bias_stride_h, bias_stride_q, bias_stride_k;
   // The same terms prepared by terms_prep_kernel for the two-kernel path's attention (null: not
   // prepared; the fused kernels read mask and bias above), in rows of kp = L rounded up to 128 keys:
   // key_bits [S, kp / 16], bit i of word w of a sequence set where its key w * 16 + i is absent (the

@@ -149,8 +149,8 @@ __global__ void __launch_bounds__(kTermsPrepThreads) terms_prep_kernel(const __g
     const int l = key0 + 8 * (e >> 1) + (e & 1);
     float x = 0.f;
     if (l < L && q < L)
-      x = (p.bias_f32 ? static_cast<const float*>(p.bias)[row_off + l]
-                      : Pack2<T>::to_float(static_cast<const T*>(p.bias)[row_off + l])) *
+      x = (p.bias_f32 ? static_cast<const float*>(p.bias)[row_off + l * p.bias_stride_k]
+                      : Pack2<T>::to_float(static_cast<const T*>(p.bias)[row_off + l * p.bias_stride_k])) *
           root_hd;
     v[e] = __float2half_rn(fminf(fmaxf(x, -65504.f), 65504.f));
   }

@@ -41,6 +41,4 @@ __device__ __forceinline__ void layernorm_sw128(const PassParams& p, T* A) {
   fence_proxy_async();
 }
 
-// K1's tile-store epilogue (QkvSm90<T, D, true>): each warpgroup stages its 64 x BNW tiles in its
-
 }  // namespace axial_fused
