@@ -228,6 +228,10 @@ struct Spec {
       const cudaError_t e = launch_attn_sm90<EXTRAS>(p, tokens, stream);
       if (e != cudaErrorNotSupported) return e;
     }
+    // The mma.sync attention reads the bias with unit key stride (LogitRow); run_pass leaves another
+    // stride only where it planned the Hopper attention kernel, so that a fallback from it (a tensor
+    // map that does not encode) fails here rather than read the bias wrongly.
+    if (EXTRAS && p.bias && p.bias_stride_k != 1) return cudaErrorNotSupported;
     const int64_t blocks = p.num_seq * ((p.len + Tr::BM - 1) / Tr::BM);
     if constexpr (Tr::M == Mma::Tc16) {
       if (p.arch == 90)
