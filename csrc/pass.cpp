@@ -255,17 +255,13 @@ void run_pass(const SpecInfo* spec, const Tensor& in, const Tensor& out, const P
     scratch = torch::stable::new_empty(in, {p.num_seq * p.len * p.nq});
     p.scratch = scratch.data_ptr();
   }
-  // The two-kernel path's attention reads the mask as prepared key bits, and the Hopper attention
-  // kernel the bias prepared too (PassParams::key_bits, bias_frag; written by the launch before K1).
-  Tensor key_bits, bias_frag;
-  const bool hopper_attention = dev.sm90a && spec->hopper_attention;
+  const bool prepare_bias = plan.path == kPathTwoKernel && dev.sm90a && spec->hopper_attention;
   // The bias, [1 or B, heads, L, L]: read through its strides where it is prepared (terms_prep_kernel),
   // else with unit key stride (LogitRow), so another key stride (the triangle ending node's bias, the
   // starting node's transposed) is copied once for those kernels.
   Tensor bias = extras.bias;
   if (bias.defined()) {
-    const bool prepared = plan.path == kPathTwoKernel && hopper_attention;
-    if (!prepared && bias.size(3) > 1 && bias.stride(3) != 1) bias = torch::stable::contiguous(bias);
+    if (!prepare_bias && bias.size(3) > 1 && bias.stride(3) != 1) bias = torch::stable::contiguous(bias);
     p.bias = bias.data_ptr();
     p.bias_f32 = bias.scalar_type() == ScalarType::Float ? 1 : 0;
     p.bias_stride_b = bias.size(0) == 1 ? 0 : bias.stride(0);
@@ -273,14 +269,17 @@ void run_pass(const SpecInfo* spec, const Tensor& in, const Tensor& out, const P
     p.bias_stride_q = bias.stride(2);
     p.bias_stride_k = bias.size(3) == 1 ? 1 : bias.stride(3);
   }
-  if (plan.path == kPathTwoKernel && (p.mask || (p.bias && hopper_attention))) {
+  // The two-kernel path's attention reads the mask as prepared key bits, and the Hopper attention
+  // kernel the bias prepared too (PassParams::key_bits, bias_frag; written by the launch before K1).
+  Tensor key_bits, bias_frag;
+  if (plan.path == kPathTwoKernel && (p.mask || (p.bias && prepare_bias))) {
     // (a multiple of 128, the Hopper attention kernel's largest key tile: no tile reads past its terms)
     p.kp = (p.len + 127) / 128 * 128;
     if (p.mask) {
       key_bits = torch::stable::new_empty(in, {p.num_seq * (p.kp / 16)}, ScalarType::Short);
       p.key_bits = static_cast<const uint16_t*>(key_bits.data_ptr());
     }
-    if (p.bias && hopper_attention) {
+    if (p.bias && prepare_bias) {
       const int64_t batches = p.bias_stride_b == 0 ? 1 : B;
       bias_frag = torch::stable::new_empty(in, {batches * spec->heads * p.kp * p.kp}, ScalarType::Half);
       p.bias_frag = static_cast<const __half*>(bias_frag.data_ptr());
