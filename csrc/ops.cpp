@@ -105,14 +105,6 @@ PassWeights packed(const PassWeights& w) {
           packed_weight(w.out_b),  packed_weight(w.qkv_b),  packed_weight(w.gate_w), packed_weight(w.gate_b)};
 }
 
-// The mask as the kernels read it: bytes, nonzero = present (bool and uint8 read as they are, a
-// floating mask converted once). Any strides.
-Tensor packed_mask(const Tensor& m) {
-  if (!m.defined()) return m;
-  const ScalarType t = m.scalar_type();
-  return t == ScalarType::Bool || t == ScalarType::Byte ? m : torch::stable::to(m, ScalarType::Bool);
-}
-
 // ---- the argument checks ------------------------------------------------------------------------
 
 constexpr int kWeightFields = 8;
@@ -239,7 +231,7 @@ Tensor axial_pass_cuda(Tensor x, AXIAL_PASS_ARGS(), int64_t num_heads, int64_t a
   check_extras(x, num_heads, m, {{&b, axis}}, 1);
   const torch::stable::accelerator::DeviceGuard guard(x.get_device_index());
   Tensor out = torch::stable::new_empty(x, x.sizes());
-  run_pass(spec, packed_x(x), out, packed(w), axis, eps, {packed_mask(m), b, residual});
+  run_pass(spec, packed_x(x), out, packed(w), axis, eps, {m, b, residual});
   return out;
 }
 
@@ -252,7 +244,7 @@ Tensor axial_attention_cuda(Tensor x, AXIAL_PASS_ARGS(r), AXIAL_PASS_ARGS(c), in
   check_extras(x, num_heads, opt(mask), {{&rb, 0}, {&cb, 1}}, 2);
   const torch::stable::accelerator::DeviceGuard guard(x.get_device_index());
   Tensor out = torch::stable::new_empty(x, x.sizes());
-  const Tensor m = packed_mask(opt(mask));
+  const Tensor m = opt(mask);
   run_pass(spec, packed_x(x), out, packed(row_w), 0, eps, {m, rb, residual});
   // The column pass in place: each element is read before it is written.
   run_pass(spec, out, out, packed(col_w), 1, eps, {m, cb, residual});

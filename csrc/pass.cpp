@@ -229,13 +229,6 @@ void run_pass(const SpecInfo* spec, const Tensor& in, const Tensor& out, const P
   p.w_qkv = w_qkv.data_ptr();
   p.qkv_bias = qkv_bias.defined() ? qkv_bias.data_ptr() : nullptr;
   p.residual = extras.residual ? 1 : 0;
-  if (extras.mask.defined()) {  // [B, H, W]: the sequence's dims as x's, the key's the token's
-    const Tensor& m = extras.mask;
-    p.mask = static_cast<const unsigned char*>(m.data_ptr());
-    p.m_stride_outer = m.stride(0);
-    p.m_stride_inner = m.stride(ax_seq);
-    p.m_stride_tok = m.stride(ax_tok);
-  }
   p.eps = float(eps);
   p.scale_log2 = float(1.4426950408889634 / std::sqrt(double(D / spec->heads)));
   p.math = (spec->dtype == kFloat32 && float32_matmul_allows_tf32()) ? kTf32 : kExactFp32;
@@ -259,6 +252,25 @@ void run_pass(const SpecInfo* spec, const Tensor& in, const Tensor& out, const P
   // The bias, [1 or B, heads, L, L]: read through its strides where it is prepared (terms_prep_kernel),
   // else with unit key stride (LogitRow), so another key stride (the triangle ending node's bias, the
   // starting node's transposed) is copied once for those kernels.
+  // The mask, [B, H, W] (the sequence's dims as x's, the key's the token's), any strides: bool and
+  // uint8 as they are; a float16, bfloat16 or float32 mask too on the two-kernel path, whose prep
+  // kernel reads it (the protein modules' 0/1 masks: no conversion kernel a pass); else converted
+  // to bool once.
+  Tensor mask = extras.mask;
+  if (mask.defined()) {
+    const ScalarType t = mask.scalar_type();
+    const int raw = t == ScalarType::Bool || t == ScalarType::Byte ? 1
+                    : plan.path != kPathTwoKernel                 ? 0
+                    : t == ScalarType::Half || t == ScalarType::BFloat16 ? 2
+                    : t == ScalarType::Float                      ? 4
+                                                                  : 0;
+    if (raw == 0) mask = torch::stable::to(mask, ScalarType::Bool);
+    p.mask = static_cast<const unsigned char*>(mask.data_ptr());
+    p.mask_bytes = raw == 0 ? 1 : raw;
+    p.m_stride_outer = mask.stride(0);
+    p.m_stride_inner = mask.stride(ax_seq);
+    p.m_stride_tok = mask.stride(ax_tok);
+  }
   Tensor bias = extras.bias;
   if (bias.defined()) {
     if (!prepare_bias && bias.size(3) > 1 && bias.stride(3) != 1) bias = torch::stable::contiguous(bias);

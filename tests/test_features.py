@@ -30,7 +30,7 @@ FLOOR = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 4e-3}
 FUSED, TWO_KERNEL, FUSED_SM90 = 0, 1, 2
 
 
-def make_mask(B, H, W, device, seed, *, mask_dtype=torch.bool, strided=False, tail=3):
+def make_mask(B, H, W, device, seed, *, mask_dtype=torch.bool, strided=False, tail=3, negative_zero=False):
     """A key mask with random holes (30 %), a padded tail on both axes (the last `tail` columns and
     rows absent, as a padded MSA), one fully absent row (a sequence of the row pass with no key) and,
     for B > 1, a fully absent batch element."""
@@ -45,6 +45,8 @@ def make_mask(B, H, W, device, seed, *, mask_dtype=torch.bool, strided=False, ta
         m[-1] = False
     if strided:  # the same values through a transposed buffer: strides (H * W, 1, H)
         m = m.transpose(1, 2).contiguous().transpose(1, 2)
+    if negative_zero:  # a float mask whose absent keys are -0.0 (its sign bit set) and present ones 0.5
+        return torch.where(m, 0.5, -0.0).to(mask_dtype).to(device)
     return m.to(mask_dtype).to(device)
 
 
@@ -447,9 +449,14 @@ def test_two_pass_call(path):
 
 
 @gpu
-@pytest.mark.parametrize("kw", [dict(strided=True), dict(mask_dtype=torch.float32), dict(mask_dtype=torch.uint8)],
-                         ids=["strided", "float", "uint8"])
+@pytest.mark.parametrize("kw", [dict(strided=True), dict(mask_dtype=torch.float32), dict(mask_dtype=torch.uint8),
+                                dict(mask_dtype=torch.bfloat16, strided=True), dict(mask_dtype=torch.float16),
+                                dict(mask_dtype=torch.float32, strided=True, negative_zero=True),
+                                dict(mask_dtype=torch.float64)],
+                         ids=["strided", "float", "uint8", "bf16_strided", "fp16", "float_signed_zero", "float64"])
 def test_mask_layouts(kw):
+    """Every mask dtype through strides on every path (the two-kernel path reads bool, uint8 and
+    16- and 32-bit float masks as they are, by element size; the others get a bool copy)."""
     for dt, dim, heads in specs()[:4]:
         for path in (FUSED, TWO_KERNEL, -1):
             run_case(dt, dim, heads, 2, 21, 12, ("mask",), axis="col", path=path, seed=3, **kw)

@@ -52,8 +52,12 @@ struct PassParams {
   // Key mask (null: none): key l of sequence s is present where mask[(s / seq_inner) * m_stride_outer
   // + (s % seq_inner) * m_stride_inner + l * m_stride_tok] != 0 (bytes); an absent key's logit is
   // replaced by kMaskedLogit.
+  // mask_bytes: its element's size. 1 (bool, uint8) everywhere; on the two-kernel path, whose
+  // terms_prep_kernel alone reads it, also a float mask as it is: 2 (float16, bfloat16) or 4
+  // (float32), present where the value is nonzero (a bit other than the sign set).
   const unsigned char* mask;
   int64_t m_stride_outer, m_stride_inner, m_stride_tok;
+  int mask_bytes;
   // Additive bias of the scaled logits (null: none): element (batch s / seq_inner, head h, query i,
   // key j) at b * bias_stride_b + h * bias_stride_h + i * bias_stride_q + j * bias_stride_k
   // (bias_stride_b = 0: one bias for the whole batch); float32 (bias_f32) or the input's dtype. The

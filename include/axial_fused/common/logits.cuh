@@ -123,12 +123,19 @@ __global__ void __launch_bounds__(kTermsPrepThreads) terms_prep_kernel(const __g
     const int64_t i = blockIdx.x * int64_t(kTermsPrepThreads) + threadIdx.x;
     if (i >= p.num_seq * (kp / 16)) return;
     const int64_t s = i / (kp / 16), outer = s / p.seq_inner;
-    const unsigned char* m = p.mask + outer * p.m_stride_outer + (s - outer * p.seq_inner) * p.m_stride_inner;
+    const int64_t m0 = outer * p.m_stride_outer + (s - outer * p.seq_inner) * p.m_stride_inner;
     const int pos0 = int(i - s * (kp / 16)) * 16;
+    // (An element of mask_bytes bytes is present where a bit other than the sign is set: a nonzero
+    // byte, or a nonzero float16 / bfloat16 / float32 value.)
+    const auto absent = [&](int64_t e) {
+      if (p.mask_bytes == 4) return (reinterpret_cast<const uint32_t*>(p.mask)[e] & 0x7fffffffu) == 0;
+      if (p.mask_bytes == 2) return (reinterpret_cast<const uint16_t*>(p.mask)[e] & 0x7fffu) == 0;
+      return p.mask[e] == 0;
+    };
     uint32_t bits = 0;
     for (int b = 0; b < 16; ++b) {
       const int l = FRAG ? frag_key(pos0 + b) : pos0 + b;
-      if (l < L && m[l * p.m_stride_tok] == 0) bits |= 1u << b;
+      if (l < L && absent(m0 + l * p.m_stride_tok)) bits |= 1u << b;
     }
     const_cast<uint16_t*>(p.key_bits)[i] = uint16_t(bits);
     return;
