@@ -249,9 +249,6 @@ void run_pass(const SpecInfo* spec, const Tensor& in, const Tensor& out, const P
     p.scratch = scratch.data_ptr();
   }
   const bool prepare_bias = plan.path == kPathTwoKernel && dev.sm90a && spec->hopper_attention;
-  // The bias, [1 or B, heads, L, L]: read through its strides where it is prepared (terms_prep_kernel),
-  // else with unit key stride (LogitRow), so another key stride (the triangle ending node's bias, the
-  // starting node's transposed) is copied once for those kernels.
   // The mask, [B, H, W] (the sequence's dims as x's, the key's the token's), any strides: bool and
   // uint8 as they are; a float16, bfloat16 or float32 mask too on the two-kernel path, whose prep
   // kernel reads it (the protein modules' 0/1 masks: no conversion kernel a pass); else converted
@@ -271,6 +268,9 @@ void run_pass(const SpecInfo* spec, const Tensor& in, const Tensor& out, const P
     p.m_stride_inner = mask.stride(ax_seq);
     p.m_stride_tok = mask.stride(ax_tok);
   }
+  // The bias, [1 or B, heads, L, L]: read through its strides where it is prepared (terms_prep_kernel),
+  // else with unit key stride (LogitRow), so another key stride (the triangle ending node's bias, the
+  // starting node's transposed) is copied once for those kernels.
   Tensor bias = extras.bias;
   if (bias.defined()) {
     if (!prepare_bias && bias.size(3) > 1 && bias.stride(3) != 1) bias = torch::stable::contiguous(bias);
