@@ -464,6 +464,19 @@ def test_mask_layouts(kw):
 
 
 @gpu
+@pytest.mark.parametrize("features", [("mask",), ("mask", "bias", "gate")], ids="+".join)
+def test_absent_key_tiles(features):
+    """Masks whose sequences end in whole 64-key chunks of absent keys, which the Hopper attention
+    kernel skips (present_key_end): row length 300 with the keys from 150 on absent (the chunks from
+    192 on hold none), column length 200 with those from 50 on absent (one chunk left), beside fully
+    absent sequences and a fully absent batch element, which keep every chunk."""
+    for dt, dim, heads in specs()[:4]:
+        for path in (TWO_KERNEL, -1):
+            for axis in ("row", "col"):
+                run_case(dt, dim, heads, 2, 200, 300, features, axis=axis, path=path, seed=11 + path, tail=150)
+
+
+@gpu
 def test_bias_layouts():
     """Broadcast (batch 1, and a stride-0 expand) and strided (transposed) bias, float32 and x's dtype."""
     for dt, dim, heads in specs()[:4]:

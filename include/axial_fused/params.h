@@ -69,8 +69,9 @@ struct PassParams {
   // The same terms prepared by terms_prep_kernel for the two-kernel path's attention (null: not
   // prepared; the fused kernels read mask and bias above), in rows of kp = L rounded up to 128 keys:
   // key_bits [S, kp / 16], bit i of word w of a sequence set where its key w * 16 + i is absent (the
-  // mma.sync kernel's plain order), or, for the Hopper attention kernel, key frag_key(16 w + i) (each
-  // 64 keys in fragment order, frag_pos); zero past L. Only the Hopper attention kernel reads the
+  // mma.sync kernel's plain order; zero past L), or, for the Hopper attention kernel, key
+  // frag_key(16 w + i) (each 64 keys in fragment order, frag_pos; set past L, so that a 64-key chunk
+  // with no present key is one whose bits are all set). Only the Hopper attention kernel reads the
   // bias prepared: bias_frag [1 or B, heads, kp, kp] in warp blocks (bias_block_row / _key), the
   // bias times sqrt(head_dim) (in units of the raw product q.k, which the kernel's score
   // accumulators start from) in float16, saturated at +-65504 (zero past L on either axis), batch

@@ -102,7 +102,8 @@ struct FragmentTerms {
 
 // Writes PassParams::key_bits and bias_frag (where set) from the mask and the bias, read through
 // their strides. The first terms_prep_key_blocks(p) blocks write key_bits, a thread a word (FRAG: the
-// Hopper attention kernel's fragment order, else keys in order); each block after them one 2 KB warp
+// Hopper attention kernel's fragment order, the keys past L absent; else keys in order, the keys past
+// L present); each block after them one 2 KB warp
 // block of bias_frag (bias_block_row / _key), a thread 8 elements as one 16-byte store, so no thread
 // divides more than once. Launched before K1 of the two-kernel path: terms_prep_blocks(p, heads)
 // blocks of kTermsPrepThreads threads.
@@ -135,7 +136,7 @@ __global__ void __launch_bounds__(kTermsPrepThreads) terms_prep_kernel(const __g
     uint32_t bits = 0;
     for (int b = 0; b < 16; ++b) {
       const int l = FRAG ? frag_key(pos0 + b) : pos0 + b;
-      if (l < L && absent(m0 + l * p.m_stride_tok)) bits |= 1u << b;
+      if (l < L ? absent(m0 + l * p.m_stride_tok) : FRAG) bits |= 1u << b;
     }
     const_cast<uint16_t*>(p.key_bits)[i] = uint16_t(bits);
     return;

@@ -91,6 +91,22 @@ __device__ __forceinline__ void mask_keys(float (&sc)[BN / 2], int valid) {
       if (8 * jb + 2 * t + (e & 1) >= valid) sc[4 * jb + e] = -INFINITY;
 }
 
+// The end of a sequence's keys that its queries need, from its prepared mask bits (key_bits, fragment
+// order, keys past L absent): past its last 64-key chunk with a present key, or L where no key is
+// present (its queries attend uniformly to all). A key tile past that end has only absent keys, whose
+// exponentials underflow to exactly 0 beside a present key's, so it may be skipped. Each warp computes
+// it on its own (no block barrier): a lane per chunk, 8 bytes each.
+__device__ __forceinline__ int present_key_end(const uint16_t* bits, int L) {
+  const int chunks = (L + 63) / 64;
+  int last = -1;
+  for (int c = threadIdx.x & 31; c < chunks; c += 32) {
+    const uint2 w = __ldg(reinterpret_cast<const uint2*>(bits) + c);
+    if ((w.x & w.y) != 0xffffffffu) last = c;
+  }
+  last = __reduce_max_sync(0xffffffffu, last);
+  return last < 0 ? L : min(L, 64 * (last + 1));
+}
+
 // One tile of the online softmax for a warpgroup's 64 x BN scores (wgmma accumulator layout: row g
 // in e = 0, 1 and row g + 8 in e = 2, 3 of each 8-column block; a row's scores are spread over the
 // quad's four threads). Updates the running max (log2 units, scale folded in) and this thread's
@@ -172,8 +188,11 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
 
   const int L = p.len, tid = threadIdx.x, wg = tid >> 7, wtid = tid & 127, warp = (tid >> 5) & 3, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
-  const int nqt = (L + BM - 1) / BM, nkt = (L + BN - 1) / BN;
+  const int nqt = (L + BM - 1) / BM;
   const int64_t s = blockIdx.x / nqt;
+  [[maybe_unused]] const uint16_t* kbits = TM ? p.key_bits + s * (p.kp / 16) : nullptr;
+  // Key tiles a head runs: with the mask, those up to the sequence's last present key.
+  const int nkt = ((TM ? present_key_end(kbits, L) : L) + BN - 1) / BN;
   const int q0 = int(blockIdx.x % nqt) * BM;
   const int ld = EXTRAS ? p.nq : 3 * D;  // the scratch's row length
   const T* qkv = static_cast<const T*>(p.scratch) + s * L * ld;
@@ -272,7 +291,6 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
   // bias (p.bias_frag: per 64-key chunk, this warp's 16 x 64 block, bias_block_row / _key: four
   // coalesced 16-byte loads a thread), and kMaskedRaw for the absent keys (p.key_bits: one bit each,
   // in fragment order, frag_pos).
-  [[maybe_unused]] const uint16_t* kbits = TM ? p.key_bits + s * (p.kp / 16) : nullptr;
   [[maybe_unused]] const __half* bfrag = TB ? p.bias_frag + (s / p.seq_inner) * p.bias_frag_stride_b : nullptr;
   [[maybe_unused]] auto load_terms = [&](float (&acc)[BN / 2], int h, int kt, int M) {
 #pragma unroll
