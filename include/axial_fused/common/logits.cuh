@@ -123,9 +123,14 @@ __global__ void __launch_bounds__(kTermsPrepThreads) terms_prep_kernel(const __g
   if (blockIdx.x < key_blocks) {
     const int64_t i = blockIdx.x * int64_t(kTermsPrepThreads) + threadIdx.x;
     if (i >= p.num_seq * (kp / 16)) return;
-    const int64_t s = i / (kp / 16), outer = s / p.seq_inner;
+    // Thread i takes word `word` of sequence s: the words of a sequence side by side where its keys
+    // are (the row pass), the sequences side by side where they are (the column pass), so that a
+    // warp's loads are coalesced either way.
+    const bool seq_fast = p.m_stride_inner < p.m_stride_tok;
+    const int64_t s = seq_fast ? i % p.num_seq : i / (kp / 16), outer = s / p.seq_inner;
+    const int64_t word = seq_fast ? i / p.num_seq : i - s * (kp / 16);
     const int64_t m0 = outer * p.m_stride_outer + (s - outer * p.seq_inner) * p.m_stride_inner;
-    const int pos0 = int(i - s * (kp / 16)) * 16;
+    const int pos0 = int(word) * 16;
     // (An element of mask_bytes bytes is present where a bit other than the sign is set: a nonzero
     // byte, or a nonzero float16 / bfloat16 / float32 value.)
     const auto absent = [&](int64_t e) {
@@ -134,11 +139,12 @@ __global__ void __launch_bounds__(kTermsPrepThreads) terms_prep_kernel(const __g
       return p.mask[e] == 0;
     };
     uint32_t bits = 0;
+#pragma unroll
     for (int b = 0; b < 16; ++b) {
       const int l = FRAG ? frag_key(pos0 + b) : pos0 + b;
       if (l < L ? absent(m0 + l * p.m_stride_tok) : FRAG) bits |= 1u << b;
     }
-    const_cast<uint16_t*>(p.key_bits)[i] = uint16_t(bits);
+    const_cast<uint16_t*>(p.key_bits)[s * (kp / 16) + word] = uint16_t(bits);
     return;
   }
   // Warp block blk = (bh * (kp / 16) + row / 16) * (kp / 64) + key / 64; this thread's elements
