@@ -131,19 +131,30 @@ __global__ void __launch_bounds__(kTermsPrepThreads) terms_prep_kernel(const __g
     const int64_t word = seq_fast ? i / p.num_seq : i - s * (kp / 16);
     const int64_t m0 = outer * p.m_stride_outer + (s - outer * p.seq_inner) * p.m_stride_inner;
     const int pos0 = int(word) * 16;
-    // (An element of mask_bytes bytes is present where a bit other than the sign is set: a nonzero
-    // byte, or a nonzero float16 / bfloat16 / float32 value.)
-    const auto absent = [&](int64_t e) {
-      if (p.mask_bytes == 4) return (reinterpret_cast<const uint32_t*>(p.mask)[e] & 0x7fffffffu) == 0;
-      if (p.mask_bytes == 2) return (reinterpret_cast<const uint16_t*>(p.mask)[e] & 0x7fffu) == 0;
-      return p.mask[e] == 0;
-    };
-    uint32_t bits = 0;
+    // An element of mask_bytes bytes is present where a bit other than the sign is set (a nonzero
+    // byte, or a nonzero float16 / bfloat16 / float32 value). The element size is dispatched once,
+    // outside the loop, so that the thread's 16 loads are all in flight together.
+    const auto word_bits = [&](auto elem) {
+      using E = decltype(elem);
+      constexpr E kValue = E(sizeof(E) == 1 ? 0xffu : sizeof(E) == 2 ? 0x7fffu : 0x7fffffffu);
+      const E* m = reinterpret_cast<const E*>(p.mask) + m0;
+      E v[16];
 #pragma unroll
-    for (int b = 0; b < 16; ++b) {
-      const int l = FRAG ? frag_key(pos0 + b) : pos0 + b;
-      if (l < L ? absent(m0 + l * p.m_stride_tok) : FRAG) bits |= 1u << b;
-    }
+      for (int b = 0; b < 16; ++b) {
+        const int l = FRAG ? frag_key(pos0 + b) : pos0 + b;
+        v[b] = l < L ? m[l * p.m_stride_tok] : E(0);
+      }
+      uint32_t bits = 0;
+#pragma unroll
+      for (int b = 0; b < 16; ++b) {
+        const int l = FRAG ? frag_key(pos0 + b) : pos0 + b;
+        if (l < L ? (v[b] & kValue) == 0 : FRAG) bits |= 1u << b;
+      }
+      return bits;
+    };
+    const uint32_t bits = p.mask_bytes == 4   ? word_bits(uint32_t{})
+                          : p.mask_bytes == 2 ? word_bits(uint16_t{})
+                                              : word_bits(uint8_t{});
     const_cast<uint16_t*>(p.key_bits)[s * (kp / 16) + word] = uint16_t(bits);
     return;
   }
@@ -157,17 +168,22 @@ __global__ void __launch_bounds__(kTermsPrepThreads) terms_prep_kernel(const __g
   const int64_t h = bh % heads, b = bh / heads;
   const int64_t row_off = b * p.bias_stride_b + h * p.bias_stride_h + q * p.bias_stride_q;
   const float root_hd = 1.4426950408889634f / p.scale_log2;
+  // (the dtype dispatched outside the loop, so that the 8 loads are in flight together)
+  float x[8];
+  const auto load = [&](auto elem) {
+    using E = decltype(elem);
+    const E* bias = static_cast<const E*>(p.bias) + row_off;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const int l = key0 + 8 * (e >> 1) + (e & 1);
+      x[e] = l < L && q < L ? Pack2<E>::to_float(bias[l * p.bias_stride_k]) : 0.f;
+    }
+  };
+  if (p.bias_f32) load(float{});
+  else load(T{});
   alignas(16) __half v[8];
 #pragma unroll
-  for (int e = 0; e < 8; ++e) {
-    const int l = key0 + 8 * (e >> 1) + (e & 1);
-    float x = 0.f;
-    if (l < L && q < L)
-      x = (p.bias_f32 ? static_cast<const float*>(p.bias)[row_off + l * p.bias_stride_k]
-                      : Pack2<T>::to_float(static_cast<const T*>(p.bias)[row_off + l * p.bias_stride_k])) *
-          root_hd;
-    v[e] = __float2half_rn(fminf(fmaxf(x, -65504.f), 65504.f));
-  }
+  for (int e = 0; e < 8; ++e) v[e] = __float2half_rn(fminf(fmaxf(x[e] * root_hd, -65504.f), 65504.f));
   *reinterpret_cast<uint4*>(const_cast<__half*>(p.bias_frag) + blk * 1024 + pos) = *reinterpret_cast<const uint4*>(v);
 }
 
