@@ -256,14 +256,16 @@ void run_pass(const SpecInfo* spec, const Tensor& in, const Tensor& out, const P
   Tensor mask = extras.mask;
   if (mask.defined()) {
     const ScalarType t = mask.scalar_type();
-    const int raw = t == ScalarType::Bool || t == ScalarType::Byte ? 1
-                    : plan.path != kPathTwoKernel                 ? 0
-                    : t == ScalarType::Half || t == ScalarType::BFloat16 ? 2
-                    : t == ScalarType::Float                      ? 4
-                                                                  : 0;
-    if (raw == 0) mask = torch::stable::to(mask, ScalarType::Bool);
+    const bool prep_reads = plan.path == kPathTwoKernel;
+    p.mask_bytes = t == ScalarType::Bool || t == ScalarType::Byte                  ? 1
+                   : prep_reads && (t == ScalarType::Half || t == ScalarType::BFloat16) ? 2
+                   : prep_reads && t == ScalarType::Float                          ? 4
+                                                                                   : 0;
+    if (p.mask_bytes == 0) {  // a bool copy, read as bytes
+      mask = torch::stable::to(mask, ScalarType::Bool);
+      p.mask_bytes = 1;
+    }
     p.mask = static_cast<const unsigned char*>(mask.data_ptr());
-    p.mask_bytes = raw == 0 ? 1 : raw;
     p.m_stride_outer = mask.stride(0);
     p.m_stride_inner = mask.stride(ax_seq);
     p.m_stride_tok = mask.stride(ax_tok);
