@@ -469,11 +469,14 @@ def test_absent_key_tiles(features):
     """Masks whose sequences end in whole 64-key chunks of absent keys, which the Hopper attention
     kernel skips (present_key_end): row length 300 with the keys from 150 on absent (the chunks from
     192 on hold none), column length 200 with those from 50 on absent (one chunk left), beside fully
-    absent sequences and a fully absent batch element, which keep every chunk."""
+    absent sequences and a fully absent batch element, which keep every chunk. Row length 2100 takes
+    the bfloat16 mask by selects (past kMaskMmaMaxLen) where the shorter ones take it on the tensor
+    cores."""
     for dt, dim, heads in specs()[:4]:
         for path in (TWO_KERNEL, -1):
             for axis in ("row", "col"):
                 run_case(dt, dim, heads, 2, 200, 300, features, axis=axis, path=path, seed=11 + path, tail=150)
+            run_case(dt, dim, heads, 1, 3, 2100, features, axis="row", path=path, seed=13 + path, tail=700)
 
 
 @gpu

@@ -118,12 +118,19 @@ inline cudaError_t launch_with_smem(int64_t blocks, int threads, size_t smem, cu
 }
 
 // f(std::integral_constant<int, TERMS>{}) for the prepared terms that p carries (TERMS, attn_sm90_body);
-// always 0 for a plain variant.
-template <bool EXTRAS, class F>
+// always 0 for a plain variant. MMA_MASK (Spec::kMmaMask): the mask goes through the tensor cores
+// (kTermMaskMma) up to kMaskMmaMaxLen keys (a thread's bit per key tile in one word).
+template <bool EXTRAS, bool MMA_MASK, class F>
 inline cudaError_t with_terms(const PassParams& p, F&& f) {
   if constexpr (EXTRAS) {
     const int terms = (p.bias_frag ? kTermBias : 0) | (p.key_bits ? kTermMask : 0);
+    const bool mma_mask = MMA_MASK && p.len <= kMaskMmaMaxLen;
     if (terms == kTermBias) return f(std::integral_constant<int, kTermBias>{});
+    if constexpr (MMA_MASK) {
+      if (mma_mask && terms == kTermMask) return f(std::integral_constant<int, kTermMask | kTermMaskMma>{});
+      if (mma_mask && terms == (kTermBias | kTermMask))
+        return f(std::integral_constant<int, kTermBias | kTermMask | kTermMaskMma>{});
+    }
     if (terms == kTermMask) return f(std::integral_constant<int, kTermMask>{});
     if (terms == (kTermBias | kTermMask)) return f(std::integral_constant<int, kTermBias | kTermMask>{});
   }
@@ -135,8 +142,8 @@ inline cudaError_t with_terms(const PassParams& p, F&& f) {
 // the fused attention kernel instead.
 template <class T, int D, int HEADS, bool EXTRAS, int TERMS>
 inline cudaError_t launch_split(const PassParams& p, int64_t tokens, cudaStream_t stream) {
-  using A = AttnSm90<T, D, HEADS, 128>;
-  using A64 = AttnSm90<T, D, HEADS, 64>;
+  using A = AttnSm90<T, D, HEADS, 128, (TERMS & kTermMaskMma) != 0>;
+  using A64 = AttnSm90<T, D, HEADS, 64, (TERMS & kTermMaskMma) != 0>;
   using G = OutGemmSm90<T, D>;
   if constexpr (A::SERVED && A64::SERVED && G::SERVED && D >= kSplitMinDim) {
     if (p.arch != 90 || tokens > 0x7fffffffLL - G::BM) return cudaErrorNotSupported;
@@ -195,11 +202,11 @@ struct Spec {
   // The Hopper attention kernels of K2; cudaErrorNotSupported where they do not serve.
   template <bool EXTRAS>
   static cudaError_t launch_attn_sm90(const PassParams& p, int64_t tokens, cudaStream_t stream) {
-    return with_terms<EXTRAS>(p, [&](auto terms_c) -> cudaError_t {
+    return with_terms<EXTRAS, kMmaMask>(p, [&](auto terms_c) -> cudaError_t {
       constexpr int TERMS = decltype(terms_c)::value;
       const cudaError_t e = launch_split<T, D, HEADS, EXTRAS, TERMS>(p, tokens, stream);
       if (e != cudaErrorNotSupported) return e;
-      using A = AttnSm90<T, D, HEADS>;
+      using A = AttnSm90<T, D, HEADS, 0, (TERMS & kTermMaskMma) != 0>;
       if constexpr (A::SERVED) {
         if (p.arch == 90) {
           const int64_t blocks = p.num_seq * ((p.len + A::BM - 1) / A::BM);
@@ -215,6 +222,13 @@ struct Spec {
       return cudaErrorNotSupported;
     });
   }
+  // Whether the Hopper attention kernels take the mask on the tensor cores (kTermMaskMma): in bfloat16,
+  // whose range holds kMaskedRaw, and where the configurations with the mask's rows serve wherever
+  // those without do (the key bits are in the Hopper kernel's order: no fallback may read them).
+  static constexpr bool kMmaMask = std::is_same<T, __nv_bfloat16>::value &&
+                                   AttnSm90<T, D, HEADS, 0, true>::SERVED == AttnSm90<T, D, HEADS>::SERVED &&
+                                   AttnSm90<T, D, HEADS, 64, true>::SERVED == AttnSm90<T, D, HEADS, 64>::SERVED &&
+                                   AttnSm90<T, D, HEADS, 128, true>::SERVED == AttnSm90<T, D, HEADS, 128>::SERVED;
   // Whether a pass's two-kernel path on sm_90a runs one of the Hopper attention kernels (SpecInfo).
   static constexpr bool kHopperAttention =
       !std::is_same<T, float>::value &&

@@ -97,8 +97,11 @@ constexpr float kMaskedLogit = -1e30f;
 // that are exactly equal (the softmax's fma(s, scale, -max) is then exactly 0, not a rounding residue).
 constexpr float kMaskedRaw = -0x1p100f;
 
-// The prepared terms a Hopper attention kernel reads (its TERMS template argument).
-constexpr int kTermBias = 1, kTermMask = 2;
+// The prepared terms a Hopper attention kernel reads (its TERMS template argument). kTermMaskMma
+// (with kTermMask, bfloat16, L <= kMaskMmaMaxLen): the mask applied by the tensor cores, as one more
+// k-step of each unit's S product (attn_sm90_body), instead of a select per score.
+constexpr int kTermBias = 1, kTermMask = 2, kTermMaskMma = 4;
+constexpr int kMaskMmaMaxLen = 2048;
 // Where key l's bit lies in the Hopper attention kernel's key_bits: in each chunk of 64 keys, thread
 // t = (l / 2) % 4 of a quad holds keys 8 jb + 2 t + c (jb < 8, c < 2) of a score fragment; they are
 // stored contiguously, in the order (t, jb, c), so a thread's 16 bits are one word.

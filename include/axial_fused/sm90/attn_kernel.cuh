@@ -38,7 +38,9 @@ namespace axial_fused {
 // (a second half would be all padding). At D = 256 the fused form is faster (docs/performance.md).
 // (SPLIT: 0, the fused form; else the split form's queries per block, 64 or 128.)
 constexpr int kSplitMinDim = 512;
-template <class T, int D, int HEADS, int SPLIT = 0>
+// MROWS (kTermMaskMma): each key tile's stage also holds the mask's B rows (BN x 16 bytes), and each
+// warpgroup a 2 KB A tile of ones for the mask's k-step (attn_sm90_body).
+template <class T, int D, int HEADS, int SPLIT = 0, bool MROWS = false>
 struct AttnSm90 {
   static constexpr int HD = D / HEADS;
   // At head_dim 32 (where D is a multiple of 128: two 64-row warpgroups side by side in the output
@@ -52,11 +54,13 @@ struct AttnSm90 {
   static constexpr int BN = HD == 32 && !PAIR ? 128 : 64;  // keys per tile
   static constexpr int RB = HD * 2;                              // bytes per row of one head's q, k or v
   static constexpr size_t OFFS = SPLIT ? 0 : 2ull * BM * sizeof(int64_t);  // row offsets of x and out
+  static constexpr size_t ONES = MROWS ? 2 * 2048 : 0;                     // the mask's A tiles
   static constexpr size_t O_BYTES = SPLIT ? 0 : size_t(BM) * D * 2;  // attention output tile, SW128
   static constexpr size_t Q_BYTES = size_t(BM) * RB;            // one head's queries
-  static constexpr size_t STAGE = 2ull * BN * RB;               // one key tile: k rows, then v rows
+  static constexpr size_t MROW_BYTES = MROWS ? size_t(BN) * 16 : 0;   // the mask's B rows of a tile
+  static constexpr size_t STAGE = 2ull * BN * RB + MROW_BYTES;  // one key tile: k rows, v rows, mask rows
   // Per warpgroup: two query buffers (this head's, the next one's) and SW ring stages.
-  static constexpr size_t FIXED = 1024 + OFFS + O_BYTES + 2 * 2 * Q_BYTES;
+  static constexpr size_t FIXED = 1024 + OFFS + ONES + O_BYTES + 2 * 2 * Q_BYTES;
   static constexpr int MINB = PAIR && FIXED + 2 * 2 * STAGE <= 113 * 1024 ? 2 : 1;
   static constexpr size_t SMEM_MAX = MINB == 2 ? 113 * 1024 : 227 * 1024;  // per block
   static constexpr int SW_FIT = FIXED < SMEM_MAX ? int((SMEM_MAX - FIXED) / (2 * STAGE)) : 0;
@@ -77,7 +81,8 @@ struct AttnSm90 {
                                   WGN * OUT_BNW <= 256 && OUT_S <= 8;
   static constexpr bool SERVED =
       (HD == 32 || HD == 64) && (SPLIT ? SW >= 3 : D % (64 * WGN) == 0 && SW >= 2 && OUT_S >= 3);
-  static_assert(!SERVED || (O_BYTES % 1024 == 0 && Q_BYTES % 1024 == 0 && STAGE % 1024 == 0), "1024-byte aligned tiles");
+  static_assert(!SERVED || (O_BYTES % 1024 == 0 && Q_BYTES % 1024 == 0 && STAGE % 1024 == 0 && BN <= 128),
+                "1024-byte aligned tiles; a thread a key's mask row");
 };
 
 // Keys at or past `valid` (the sequence's end, relative to the tile) of a BN-key score tile get -inf.
@@ -168,11 +173,13 @@ __device__ __forceinline__ void cp_async_wait_upto(int n) {
 template <class T, int D, int HEADS, bool OTMA = false, int SPLIT = 0, bool EXTRAS = false, int TERMS = 0>
 __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* omap = nullptr) {
 #if AXIAL_FUSED_SM90  // (sm_90a device code only, as the kernels' bodies: the host pass never sees it)
-  using C = AttnSm90<T, D, HEADS, SPLIT>;
+  // TB: the bias; TM: the mask, by a select per score, or TMM: on the tensor cores.
+  constexpr bool TB = (TERMS & kTermBias) != 0, TM = (TERMS & kTermMask) != 0, TMM = (TERMS & kTermMaskMma) != 0;
+  using C = AttnSm90<T, D, HEADS, SPLIT, TMM>;
   static_assert(C::SERVED, "attn_sm90_kernel instantiated for a configuration it does not serve");
   static_assert(!OTMA || C::OUT_TMA, "the tensor-map output projection needs its mbarriers");
   static_assert(EXTRAS || TERMS == 0, "the terms are an EXTRAS variant's");
-  constexpr bool TB = (TERMS & kTermBias) != 0, TM = (TERMS & kTermMask) != 0;
+  static_assert(!TMM || (TM && std::is_same<T, __nv_bfloat16>::value), "the tensor cores' mask: bfloat16's range");
   constexpr int BM = C::BM, MT = C::MT, BN = C::BN, HD = C::HD, RB = C::RB, SW = C::SW, CH = RB / 16;
 #ifdef AXIAL_FUSED_PHASE_CLOCK
   long long phase_[7] = {}, phase_last_ = clock64();
@@ -180,7 +187,8 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   int64_t* xo = reinterpret_cast<int64_t*>(smem_raw);  // BM row offsets into x (-1: past the end)
   int64_t* oo = xo + BM;                               // ... into out
-  unsigned char* base = smem_raw + C::OFFS;
+  [[maybe_unused]] const uint32_t ones = smem_u32(smem_raw + C::OFFS);  // TMM: [wg] the mask's A tiles
+  unsigned char* base = smem_raw + C::OFFS + C::ONES;
   base += (1024 - (smem_u32(base) & 1023)) & 1023;
   T* O = reinterpret_cast<T*>(base);
   unsigned char* qbuf = base + C::O_BYTES;                   // [wg][2] query buffers
@@ -191,6 +199,15 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
   const int nqt = (L + BM - 1) / BM;
   const int64_t s = blockIdx.x / nqt;
   [[maybe_unused]] const uint16_t* kbits = TM ? p.key_bits + s * (p.kp / 16) : nullptr;
+  // TMM: bit kt of mrow is whether key kt * BN + wtid is absent (the mask's B row this thread writes
+  // into each stage of key tile kt). Requested before present_key_end's loads are waited for.
+  [[maybe_unused]] uint32_t mrow = 0;
+  if constexpr (TMM) {
+    for (int kt = 0; kt * BN < L && wtid < BN; ++kt) {
+      const int pos = frag_pos(kt * BN + wtid);
+      mrow |= uint32_t(__ldg(kbits + (pos >> 4)) >> (pos & 15) & 1u) << kt;
+    }
+  }
   // Key tiles a head runs: with the mask, those up to the sequence's last present key.
   const int nkt = ((TM ? present_key_end(kbits, L) : L) + BN - 1) / BN;
   const int q0 = int(blockIdx.x % nqt) * BM;
@@ -203,6 +220,13 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
       xo[r] = ok ? x_offset(p, s, q0 + r) : -1;
       oo[r] = ok ? out_offset(p, s, q0 + r) : -1;
     }
+  }
+  // TMM: this warpgroup's A tile of the mask's k-step, 64 rows x 16 columns K-major without swizzle
+  // (core matrices of 8 rows x 16 bytes: columns 0-7 of row r at 16 r, columns 8-15 1 KB on): 1.0 in
+  // column 0, zeros elsewhere. Against B rows holding kMaskedRaw (or 0) in their column 0, the k-step
+  // adds kMaskedRaw to an absent key's score, which then is kMaskedRaw exactly (|q.k + bias| < 2^76).
+  if constexpr (TMM) {
+    st_shared_16(ones + wg * 2048 + wtid * 16, make_uint4(wtid < 64 ? 0x3F80u : 0u, 0u, 0u, 0u));
   }
 
   // This warpgroup's heads h = 2 i + wg, i < nh; chunk j = i * nkt + n is head i's n-th key tile (with
@@ -252,6 +276,11 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
         copy_rows(st, kt * BN, KRows{}, D + h * HD);
         copy_rows(st + BN * RB, kt * BN, KRows{}, 2 * D + h * HD);
       }
+      // TMM: the tile's mask rows, a key's 16 bytes (kMaskedRaw in bfloat16, or 0, then zeros), read
+      // by the B descriptor with both 8-column halves at the same bytes (the A tile's second half is 0).
+      if constexpr (TMM) {
+        if (wtid < BN) st_shared_16(st + 2 * BN * RB + wtid * 16, make_uint4(mrow >> kt & 1u ? 0xF180u : 0u, 0u, 0u, 0u));
+      }
       ld_n = n + 1 == nkt ? 0 : n + 1;
       ld_i += ld_n == 0;
       ld_s = ld_s + 1 == SW ? 0 : ld_s + 1;
@@ -296,7 +325,7 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
 #pragma unroll
     for (int ch = 0; ch < BN / 64; ++ch) {
       const int k0 = kt * BN + ch * 64 + t * 16;
-      const uint32_t absent = TM ? __ldg(kbits + k0 / 16) : 0u;
+      const uint32_t absent = TM && !TMM ? __ldg(kbits + k0 / 16) : 0u;
       // (the warp's block: head h, query rows from q0 + 64 M + 16 warp, key chunk kt * BN / 64 + ch)
       [[maybe_unused]] const __half* blk =
           TB ? bfrag + ((int64_t(h) * (p.kp / 16) + (q0 + M * 64) / 16 + warp) * (p.kp / 64) + kt * (BN / 64) + ch) * 1024 +
@@ -313,7 +342,7 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
           const int jb = 4 * (j & 1) + jj;  // the 8-key block within the chunk
           float2 v = make_float2(0.f, 0.f);
           if constexpr (TB) v = __half22float2(*reinterpret_cast<const __half2*>(&w[jj]));
-          if constexpr (TM) {
+          if constexpr (TM && !TMM) {
             v.x = absent >> (2 * jb) & 1u ? kMaskedRaw : v.x;
             v.y = absent >> (2 * jb + 1) & 1u ? kMaskedRaw : v.y;
           }
@@ -322,7 +351,9 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
       }
     }
   };
-  float sc[BN / 2];  // a unit's scores (with TERMS, from its terms on)
+  // Whether a unit's accumulators start from its terms (the bias, or the mask by selects).
+  constexpr bool INIT = TB || (TM && !TMM);
+  float sc[BN / 2];  // a unit's scores (with INIT, from its terms on)
 
   AXIAL_PHASE(0);
   for (int i = 0; i < nh; ++i) {
@@ -369,12 +400,13 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
       constexpr bool FIRST = decltype(first_c)::value, MASK = decltype(mask_c)::value;
       constexpr int M = decltype(m_c)::value;
       constexpr int CUR = MT == 2 ? M : 0, PREV = MT == 2 ? 1 - M : 1;  // the last unit's P ends in p_buf[1]
-      if constexpr (TERMS != 0) load_terms(sc, h, kt, M);
+      if constexpr (INIT) load_terms(sc, h, kt, M);
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < HD / 16; ++kk)
-        Wgmma<T, BN>::mma(sc, swz_desc<RB>(qb + M * 64 * RB + kk * 32), swz_desc<RB>(k_base + kk * 32),
-                          TERMS != 0 || kk > 0);
+        Wgmma<T, BN>::mma(sc, swz_desc<RB>(qb + M * 64 * RB + kk * 32), swz_desc<RB>(k_base + kk * 32), INIT || kk > 0);
+      if constexpr (TMM)  // the mask's k-step: the A tile of ones, B the tile's mask rows (no swizzle)
+        Wgmma<T, BN>::mma(sc, nosw_desc(ones + wg * 2048, 1024, 128), nosw_desc(k_base + 2 * BN * RB, 0, 128), 1);
       wgmma_commit();
       if constexpr (!FIRST) {  // the previous unit's O += P V, in flight during this unit's softmax
         pv_issue<T, HD, BN, RB>(o[(M + MT - 1) % MT], p_buf[PREV], v_prev);
@@ -523,7 +555,7 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
 }
 
 template <class T, int D, int HEADS, bool EXTRAS = false, int TERMS = 0>
-__global__ void __launch_bounds__(256, AttnSm90<T, D, HEADS>::MINB) attn_sm90_kernel(const __grid_constant__ PassParams p) {
+__global__ void __launch_bounds__(256, AttnSm90<T, D, HEADS, 0, (TERMS & kTermMaskMma) != 0>::MINB) attn_sm90_kernel(const __grid_constant__ PassParams p) {
 #if AXIAL_FUSED_SM90
   pdl_entry();
   attn_sm90_body<T, D, HEADS, false, 0, EXTRAS, TERMS>(p);
@@ -546,7 +578,7 @@ __global__ void __launch_bounds__(256, 1) attn_sm90_split_kernel(const __grid_co
 
 // The output projection's weight by tensor-map copies (AttnSm90::OUT_TMA); `omap` as attn_sm90_body says.
 template <class T, int D, int HEADS, bool EXTRAS = false, int TERMS = 0>
-__global__ void __launch_bounds__(256, AttnSm90<T, D, HEADS>::MINB)
+__global__ void __launch_bounds__(256, AttnSm90<T, D, HEADS, 0, (TERMS & kTermMaskMma) != 0>::MINB)
     attn_sm90_otma_kernel(const __grid_constant__ PassParams p, const __grid_constant__ CUtensorMap omap) {
 #if AXIAL_FUSED_SM90
   pdl_entry();

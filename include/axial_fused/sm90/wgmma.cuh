@@ -37,6 +37,12 @@ __device__ __forceinline__ uint64_t swz_desc(uint32_t addr) {
   return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t((8 * RB) >> 4) << 32) | (uint64_t(RB == 128 ? 1 : 2) << 62);
 }
 
+// Matrix descriptor for a K-major operand without swizzle at shared address `addr`: core matrices of 8
+// rows x 16 bytes (row r of one at + 16 r), the next 8 columns `lbo` bytes on, the next 8 rows `sbo`.
+__device__ __forceinline__ uint64_t nosw_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t((lbo >> 4) & 0x3FFF) << 16) | (uint64_t((sbo >> 4) & 0x3FFF) << 32);
+}
+
 // Matrix descriptor for an SW128 K-major operand starting at shared address `addr` (8-row groups
 // 1024 bytes apart; the leading offset is unused in this mode).
 __device__ __forceinline__ uint64_t sw128_desc(uint32_t addr) { return swz_desc<128>(addr); }
