@@ -203,7 +203,7 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
   // into each stage of key tile kt). Requested before present_key_end's loads are waited for.
   [[maybe_unused]] uint32_t mrow = 0;
   if constexpr (TMM) {
-    for (int kt = 0; kt * BN < L && wtid < BN; ++kt) {
+    for (int kt = 0; kt * BN < L && kt < 32 && wtid < BN; ++kt) {  // (L <= kMaskMmaMaxLen: at most 32 tiles)
       const int pos = frag_pos(kt * BN + wtid);
       mrow |= uint32_t(__ldg(kbits + (pos >> 4)) >> (pos & 15) & 1u) << kt;
     }
@@ -555,7 +555,8 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
 }
 
 template <class T, int D, int HEADS, bool EXTRAS = false, int TERMS = 0>
-__global__ void __launch_bounds__(256, AttnSm90<T, D, HEADS, 0, (TERMS & kTermMaskMma) != 0>::MINB) attn_sm90_kernel(const __grid_constant__ PassParams p) {
+__global__ void __launch_bounds__(256, AttnSm90<T, D, HEADS, 0, (TERMS & kTermMaskMma) != 0>::MINB)
+    attn_sm90_kernel(const __grid_constant__ PassParams p) {
 #if AXIAL_FUSED_SM90
   pdl_entry();
   attn_sm90_body<T, D, HEADS, false, 0, EXTRAS, TERMS>(p);
