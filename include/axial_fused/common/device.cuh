@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 #ifdef AXIAL_FUSED_PHASE_CLOCK
 #include <cstdio>
 #endif
@@ -146,12 +147,23 @@ __device__ __forceinline__ float exp2_ftz(float x) {
 }
 
 // The sigmoid gate's factor sigmoid(g) for its pre-activation g (the QKV product's fourth block, its
-// bias included). The two-kernel paths' K1 stores the factor itself in the scratch's gate columns
-// (off the attention kernel's busy special-function unit); the fused kernels apply it to their own
-// product.
-// (__fdividef: one reciprocal on the special-function unit, no IEEE division's slow path; 0 where
-// exp(-g) overflows, as the sigmoid's limit.)
-__device__ __forceinline__ float gate_of(float g) { return __fdividef(1.f, 1.f + __expf(-g)); }
+// bias included), for a T result. The two-kernel paths' K1 stores the factor itself in the scratch's
+// gate columns (off the attention kernel's busy special-function unit); the fused kernels apply it to
+// their own product.
+// bfloat16: 0.5 + 0.5 tanh(g / 2), one special-function op (tanh.approx, absolute error about 2^-12
+// here, a sixteenth of bfloat16's unit at 1). Elsewhere 1 / (1 + exp(-g)) by two (__fdividef: one
+// reciprocal, no IEEE division's slow path; 0 where exp(-g) overflows, as the sigmoid's limit), as
+// float16's unit at 1 is 2^-11.
+template <class T>
+__device__ __forceinline__ float gate_of(float g) {
+  if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+    float t;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(0.5f * g));
+    return fmaf(0.5f, t, 0.5f);
+  } else {
+    return __fdividef(1.f, 1.f + __expf(-g));
+  }
+}
 
 // The sums over a warp of N values at once, step by step across them (N shuffle chains overlapped).
 template <int N>

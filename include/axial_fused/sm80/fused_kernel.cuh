@@ -176,7 +176,7 @@ __global__ void __launch_bounds__(Tr::THREADS) fused_pass_kernel(const __grid_co
         if (gated) {  // o * sigmoid(g), g in the query row's gate columns
           st.store_to([&](int r, int c, float a, float b) {
             const float2 gv = load2(qkv + (rw + r) * ldq + 3 * HW + h * HDK + c);
-            store2(xs + (arg * 16 + r) * Tr::LDX + h * HD + c, a * gate_of(gv.x), b * gate_of(gv.y));
+            store2(xs + (arg * 16 + r) * Tr::LDX + h * HD + c, a * gate_of<T>(gv.x), b * gate_of<T>(gv.y));
           });
         } else {
           st.store(xs + arg * 16 * Tr::LDX + h * HD, Tr::LDX);

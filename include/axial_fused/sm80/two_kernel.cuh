@@ -38,7 +38,7 @@ __global__ void __launch_bounds__(Tr::THREADS) ln_qkv_kernel(const __grid_consta
       a += qb.x;
       b += qb.y;
     }
-    if (EXTRAS && c >= 3 * D) a = gate_of(a), b = gate_of(b);  // the gate's block: its factor
+    if (EXTRAS && c >= 3 * D) a = gate_of<T>(a), b = gate_of<T>(b);  // the gate's block: its factor
     store2(qkv + (t0 + r) * nq + c, a, b);
   };
   if (EXTRAS && p.gated) {  // the gate's block too: nq = 4D columns

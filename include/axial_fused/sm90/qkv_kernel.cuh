@@ -103,7 +103,7 @@ __device__ __forceinline__ void ln_qkv_sm90_body(const PassParams& p, const void
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const float2 g = P2::unpack(pr[i]);
-        pr[i] = P2::make(gate_of(g.x), gate_of(g.y));
+        pr[i] = P2::make(gate_of<T>(g.x), gate_of<T>(g.y));
       }
     }
     if (r < rows) st_global_16(qkv + (r * nq + c), v);
