@@ -59,10 +59,11 @@ inline cudaError_t current_device_attribute(int* value) {
 // (the attribute only permits; occupancy follows each launch's own request), so the hot path makes
 // one launch call and no attribute call. CLUSTER > 1: thread-block clusters of that many blocks (a
 // launch attribute, not __cluster_dims__, which the sm_80 compilation of the same kernel rejects).
-// AFTER_K1: the Hopper attention kernels that follow K1 in a pass, launched with programmatic
-// dependent launch on compute capability 9.0 and above (pdl_entry): their launch and first blocks
-// overlap K1's tail. (Only there: on every launch it is slower; docs/performance.md.)
-template <auto Kernel, int CLUSTER = 1, bool AFTER_K1 = false, class... Args>
+// PDL: launched with programmatic dependent launch on compute capability 9.0 and above (pdl_entry):
+// the Hopper attention kernels that follow K1 in a pass (their launch and first blocks overlap K1's
+// tail), and the Hopper K1 that follows the prep kernel (it runs beside it). Only there: on every
+// launch it is slower (docs/performance.md).
+template <auto Kernel, int CLUSTER = 1, bool PDL = false, class... Args>
 inline cudaError_t launch_with_smem(int64_t blocks, int threads, size_t smem, cudaStream_t stream, const Args&... args) {
   if (blocks <= 0) return cudaSuccess;
   if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
@@ -83,7 +84,7 @@ inline cudaError_t launch_with_smem(int64_t blocks, int threads, size_t smem, cu
     }
   }
   bool pdl = false;
-  if constexpr (AFTER_K1) {
+  if constexpr (PDL) {
     int major = 0;
     const cudaError_t e = current_device_attribute<cudaDevAttrComputeCapabilityMajor>(&major);
     if (e != cudaSuccess) return e;
@@ -179,20 +180,28 @@ struct Spec {
   // Every launch below picks its kernels' EXTRAS variants (the optional features, has_extras) or
   // their plain ones, which compile as if the features did not exist.
 
-  // K1 of the two-kernel pass: LN + QKV into the scratch.
+  // K1 of the two-kernel pass: LN + QKV into the scratch. after_prep: the prep kernel was launched
+  // just before; the Hopper K1 then runs beside it (ln_qkv_sm90_kernel).
   template <class Tr, bool EXTRAS>
-  static cudaError_t launch_k1(const PassParams& p, int64_t tokens, cudaStream_t stream) {
+  static cudaError_t launch_k1(const PassParams& p, int64_t tokens, cudaStream_t stream, bool after_prep) {
     if constexpr (Tr::M == Mma::Tc16) {
       if (p.arch == 90) {
         using C = QkvSm90<T, D>;
         if constexpr (C::TMA) {
           CUtensorMap wmap;
-          if (encode_weight_map<T>(&wmap, p.w_qkv, p.nq, D, C::KW, C::WGN * C::BNW / kQkvCluster) == cudaSuccess)
-            return launch_with_smem<ln_qkv_sm90_tma_kernel<T, D, EXTRAS>, kQkvCluster>(
-                cluster_grid<C::BM>(tokens), C::THREADS, C::SMEM, stream, p, wmap);
+          if (encode_weight_map<T>(&wmap, p.w_qkv, p.nq, D, C::KW, C::WGN * C::BNW / kQkvCluster) == cudaSuccess) {
+            const auto go = [&](auto pdl) {
+              return launch_with_smem<ln_qkv_sm90_tma_kernel<T, D, EXTRAS>, kQkvCluster, decltype(pdl)::value>(
+                  cluster_grid<C::BM>(tokens), C::THREADS, C::SMEM, stream, p, wmap);
+            };
+            return after_prep ? go(std::true_type{}) : go(std::false_type{});
+          }
         }
-        return launch_with_smem<ln_qkv_sm90_kernel<T, D, EXTRAS>>((tokens + C::BM - 1) / C::BM, C::THREADS, C::SMEM,
-                                                                  stream, p);
+        const auto go = [&](auto pdl) {
+          return launch_with_smem<ln_qkv_sm90_kernel<T, D, EXTRAS>, 1, decltype(pdl)::value>(
+              (tokens + C::BM - 1) / C::BM, C::THREADS, C::SMEM, stream, p);
+        };
+        return after_prep ? go(std::true_type{}) : go(std::false_type{});
       }
     }
     return launch_with_smem<ln_qkv_kernel<Tr, EXTRAS>>((tokens + Tr::BM - 1) / Tr::BM, Tr::THREADS, Tr::K1_BYTES,
@@ -272,8 +281,10 @@ struct Spec {
                                                            Tr::fused_bytes(rows, p.gated != 0), stream, p);
     }
     const int64_t tokens = p.num_seq * p.len;
+    bool prep = false;
     if constexpr (EXTRAS) {
-      if (p.key_bits || p.bias_frag) {  // the attention kernel's prepared terms, in its order
+      prep = p.key_bits || p.bias_frag;
+      if (prep) {  // the attention kernel's prepared terms, in its order
         const int64_t blocks = terms_prep_blocks(p, HEADS);
         const bool frag = kHopperAttention && p.arch == 90;
         const cudaError_t e = frag ? launch_with_smem<terms_prep_kernel<T, true>>(blocks, kTermsPrepThreads, 0, stream, p, HEADS)
@@ -281,7 +292,7 @@ struct Spec {
         if (e != cudaSuccess) return e;
       }
     }
-    const cudaError_t e = launch_k1<Tr, EXTRAS>(p, tokens, stream);
+    const cudaError_t e = launch_k1<Tr, EXTRAS>(p, tokens, stream, prep);
     return e != cudaSuccess ? e : launch_k2<Tr, EXTRAS>(p, tokens, stream);
   }
   template <class F>

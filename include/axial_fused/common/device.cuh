@@ -110,17 +110,27 @@ template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile(
 
 // ---- programmatic dependent launch --------------------------------------------------------------
 
-// Every kernel begins with pdl_entry(): wait until the grid before it has finished and its writes are
-// visible (griddepcontrol.wait, so nothing is read early), then let the next grid launch
-// (griddepcontrol.launch_dependents). A kernel launched with the programmatic stream-serialization
-// attribute (launch_with_smem's AFTER_K1: the Hopper attention kernels that follow K1) has its launch
-// and block scheduling overlap the previous grid's tail; without the attribute the wait returns at
-// once. Only the sm_90a build has the instructions.
-__device__ __forceinline__ void pdl_entry() {
+// griddepcontrol.wait: wait until the grid before this one has finished and its writes are visible;
+// griddepcontrol.launch_dependents: let the next grid launch. For a kernel launched with the
+// programmatic stream-serialization attribute (launch_with_smem's PDL) the launch and block
+// scheduling overlap the previous grid's tail; without the attribute the wait returns at once. Only
+// the sm_90a build has the instructions.
+__device__ __forceinline__ void pdl_wait() {
 #if AXIAL_FUSED_SM90
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if AXIAL_FUSED_SM90
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
+}
+// Every kernel but the Hopper K1 begins with pdl_entry(): nothing is read before the grid before it
+// is done. (The Hopper K1 reads nothing the prep kernel before it writes, so it waits at its end
+// instead: ln_qkv_sm90_kernel.)
+__device__ __forceinline__ void pdl_entry() {
+  pdl_wait();
+  pdl_launch_dependents();
 }
 
 // ---- addressing ---------------------------------------------------------------------------------

@@ -153,12 +153,18 @@ __device__ __forceinline__ void ln_qkv_sm90_body(const PassParams& p, const void
   if constexpr (TMA) cluster_sync();
 }
 
+// Both forms start without waiting for the grid before them: launched after the prep kernel with
+// programmatic dependent launch (Spec::launch_k1), they run beside it, since they read neither of
+// its outputs (the key bits, the prepared bias) nor write what it reads, and each thread waits for
+// it only at its end, so that the attention kernel, which waits for K1, finds the prepared terms
+// too. Otherwise they are launched plainly and the wait returns at once.
 template <class T, int D, bool EXTRAS = false>
 __global__ void __launch_bounds__(QkvSm90<T, D>::THREADS, QkvSm90<T, D>::MINB)
     ln_qkv_sm90_kernel(const __grid_constant__ PassParams p) {
 #if AXIAL_FUSED_SM90
-  pdl_entry();
+  pdl_launch_dependents();
   ln_qkv_sm90_body<T, D, false, EXTRAS>(p, nullptr);
+  pdl_wait();
 #else
   __trap();
 #endif
@@ -170,8 +176,9 @@ template <class T, int D, bool EXTRAS = false>
 __global__ void __launch_bounds__(QkvSm90<T, D>::THREADS, QkvSm90<T, D>::MINB)
     ln_qkv_sm90_tma_kernel(const __grid_constant__ PassParams p, const __grid_constant__ CUtensorMap wmap) {
 #if AXIAL_FUSED_SM90
-  pdl_entry();
+  pdl_launch_dependents();
   ln_qkv_sm90_body<T, D, true, EXTRAS>(p, &wmap);
+  pdl_wait();
 #else
   __trap();
 #endif
