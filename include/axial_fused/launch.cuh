@@ -117,6 +117,13 @@ inline cudaError_t launch_with_smem(int64_t blocks, int threads, size_t smem, cu
   cfg.numAttrs = n;
   return cudaLaunchKernelEx(&cfg, Kernel, args...);
 }
+// launch_with_smem with PDL chosen at run time.
+template <auto Kernel, int CLUSTER = 1, class... Args>
+inline cudaError_t launch_with_smem_pdl_if(bool pdl, int64_t blocks, int threads, size_t smem, cudaStream_t stream,
+                                           const Args&... args) {
+  return pdl ? launch_with_smem<Kernel, CLUSTER, true>(blocks, threads, smem, stream, args...)
+             : launch_with_smem<Kernel, CLUSTER, false>(blocks, threads, smem, stream, args...);
+}
 
 // f(std::integral_constant<int, TERMS>{}) for the prepared terms that p carries (TERMS, attn_sm90_body);
 // always 0 for a plain variant. MMA_MASK (Spec::kMmaMask): the mask goes through the tensor cores
@@ -189,19 +196,12 @@ struct Spec {
         using C = QkvSm90<T, D>;
         if constexpr (C::TMA) {
           CUtensorMap wmap;
-          if (encode_weight_map<T>(&wmap, p.w_qkv, p.nq, D, C::KW, C::WGN * C::BNW / kQkvCluster) == cudaSuccess) {
-            const auto go = [&](auto pdl) {
-              return launch_with_smem<ln_qkv_sm90_tma_kernel<T, D, EXTRAS>, kQkvCluster, decltype(pdl)::value>(
-                  cluster_grid<C::BM>(tokens), C::THREADS, C::SMEM, stream, p, wmap);
-            };
-            return after_prep ? go(std::true_type{}) : go(std::false_type{});
-          }
+          if (encode_weight_map<T>(&wmap, p.w_qkv, p.nq, D, C::KW, C::WGN * C::BNW / kQkvCluster) == cudaSuccess)
+            return launch_with_smem_pdl_if<ln_qkv_sm90_tma_kernel<T, D, EXTRAS>, kQkvCluster>(
+                after_prep, cluster_grid<C::BM>(tokens), C::THREADS, C::SMEM, stream, p, wmap);
         }
-        const auto go = [&](auto pdl) {
-          return launch_with_smem<ln_qkv_sm90_kernel<T, D, EXTRAS>, 1, decltype(pdl)::value>(
-              (tokens + C::BM - 1) / C::BM, C::THREADS, C::SMEM, stream, p);
-        };
-        return after_prep ? go(std::true_type{}) : go(std::false_type{});
+        return launch_with_smem_pdl_if<ln_qkv_sm90_kernel<T, D, EXTRAS>>(after_prep, (tokens + C::BM - 1) / C::BM,
+                                                                         C::THREADS, C::SMEM, stream, p);
       }
     }
     return launch_with_smem<ln_qkv_kernel<Tr, EXTRAS>>((tokens + Tr::BM - 1) / Tr::BM, Tr::THREADS, Tr::K1_BYTES,
