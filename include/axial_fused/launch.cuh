@@ -150,8 +150,8 @@ inline cudaError_t with_terms(const PassParams& p, F&& f) {
 // the fused attention kernel instead.
 template <class T, int D, int HEADS, bool EXTRAS, int TERMS>
 inline cudaError_t launch_split(const PassParams& p, int64_t tokens, cudaStream_t stream) {
-  using A = AttnSm90<T, D, HEADS, 128, (TERMS & kTermMaskMma) != 0>;
-  using A64 = AttnSm90<T, D, HEADS, 64, (TERMS & kTermMaskMma) != 0>;
+  using A = AttnSm90<T, D, HEADS, 128, TERMS>;
+  using A64 = AttnSm90<T, D, HEADS, 64, TERMS>;
   using G = OutGemmSm90<T, D>;
   if constexpr (A::SERVED && A64::SERVED && G::SERVED && D >= kSplitMinDim) {
     if (p.arch != 90 || tokens > 0x7fffffffLL - G::BM) return cudaErrorNotSupported;
@@ -215,7 +215,7 @@ struct Spec {
       constexpr int TERMS = decltype(terms_c)::value;
       const cudaError_t e = launch_split<T, D, HEADS, EXTRAS, TERMS>(p, tokens, stream);
       if (e != cudaErrorNotSupported) return e;
-      using A = AttnSm90<T, D, HEADS, 0, (TERMS & kTermMaskMma) != 0>;
+      using A = AttnSm90<T, D, HEADS, 0, TERMS>;
       if constexpr (A::SERVED) {
         if (p.arch == 90) {
           const int64_t blocks = p.num_seq * ((p.len + A::BM - 1) / A::BM);
@@ -235,9 +235,9 @@ struct Spec {
   // whose range holds kMaskedRaw, and where the configurations with the mask's rows serve wherever
   // those without do (the key bits are in the Hopper kernel's order: no fallback may read them).
   static constexpr bool kMmaMask = std::is_same<T, __nv_bfloat16>::value &&
-                                   AttnSm90<T, D, HEADS, 0, true>::SERVED == AttnSm90<T, D, HEADS>::SERVED &&
-                                   AttnSm90<T, D, HEADS, 64, true>::SERVED == AttnSm90<T, D, HEADS, 64>::SERVED &&
-                                   AttnSm90<T, D, HEADS, 128, true>::SERVED == AttnSm90<T, D, HEADS, 128>::SERVED;
+                                   AttnSm90<T, D, HEADS, 0, kTermMaskMma>::SERVED == AttnSm90<T, D, HEADS>::SERVED &&
+                                   AttnSm90<T, D, HEADS, 64, kTermMaskMma>::SERVED == AttnSm90<T, D, HEADS, 64>::SERVED &&
+                                   AttnSm90<T, D, HEADS, 128, kTermMaskMma>::SERVED == AttnSm90<T, D, HEADS, 128>::SERVED;
   // Whether a pass's two-kernel path on sm_90a runs one of the Hopper attention kernels (SpecInfo).
   static constexpr bool kHopperAttention =
       !std::is_same<T, float>::value &&

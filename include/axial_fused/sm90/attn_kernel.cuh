@@ -38,10 +38,12 @@ namespace axial_fused {
 // (a second half would be all padding). At D = 256 the fused form is faster (docs/performance.md).
 // (SPLIT: 0, the fused form; else the split form's queries per block, 64 or 128.)
 constexpr int kSplitMinDim = 512;
-// MROWS (kTermMaskMma): each key tile's stage also holds the mask's B rows (BN x 16 bytes), and each
-// warpgroup a 2 KB A tile of ones for the mask's k-step (attn_sm90_body).
-template <class T, int D, int HEADS, int SPLIT = 0, bool MROWS = false>
+// TERMS (attn_sm90_body): with kTermMaskMma each key tile's stage also holds the mask's B rows (BN x
+// 16 bytes), and each warpgroup a 2 KB A tile of ones for the mask's k-step; with kTermBias as well,
+// each warp has a slot for its next unit's bias block (BSLOT) where it fits beside the ring.
+template <class T, int D, int HEADS, int SPLIT = 0, int TERMS = 0>
 struct AttnSm90 {
+  static constexpr bool MROWS = (TERMS & kTermMaskMma) != 0;
   static constexpr int HD = D / HEADS;
   // At head_dim 32 (where D is a multiple of 128: two 64-row warpgroups side by side in the output
   // projection), two blocks per SM of 64 queries, 64-key tiles and at most 128 registers (PAIR): the
@@ -60,18 +62,31 @@ struct AttnSm90 {
   static constexpr size_t MROW_BYTES = MROWS ? size_t(BN) * 16 : 0;   // the mask's B rows of a tile
   static constexpr size_t STAGE = 2ull * BN * RB + MROW_BYTES;  // one key tile: k rows, v rows, mask rows
   // Per warpgroup: two query buffers (this head's, the next one's) and SW ring stages.
-  static constexpr size_t FIXED = 1024 + OFFS + ONES + O_BYTES + 2 * 2 * Q_BYTES;
-  static constexpr int MINB = PAIR && FIXED + 2 * 2 * STAGE <= 113 * 1024 ? 2 : 1;
+  static constexpr size_t FIXED0 = 1024 + OFFS + ONES + O_BYTES + 2 * 2 * Q_BYTES;
+  static constexpr int MINB = PAIR && FIXED0 + 2 * 2 * STAGE <= 113 * 1024 ? 2 : 1;
   static constexpr size_t SMEM_MAX = MINB == 2 ? 113 * 1024 : 227 * 1024;  // per block
-  static constexpr int SW_FIT = FIXED < SMEM_MAX ? int((SMEM_MAX - FIXED) / (2 * STAGE)) : 0;
-  static constexpr int SW = SW_FIT > 4 ? 4 : SW_FIT;
-  static constexpr size_t RING = 2 * SW * STAGE;
   // Output projection: WGM x WGN warpgroups over the BM x D output, OUT_BNW-wide weight chunks (128
-  // where D allows, else 64) of OUT_KW = 32 columns.
+  // where D allows, else 64) of OUT_KW = 32 columns, its stages in the ring's and the bias slots' space.
   static constexpr int WGM = MT, WGN = 2 / MT, OUT_KW = 32;
   static constexpr int OUT_BNW = D % (128 * WGN) == 0 ? 128 : 64;
   static constexpr size_t OUT_STAGE = size_t(WGN) * OUT_BNW * OUT_KW * 2;
-  static constexpr int OUT_S = int(RING / OUT_STAGE) < 6 ? int(RING / OUT_STAGE) : 6;
+  static constexpr int fit_stages(size_t fixed) {
+    const int n = fixed < SMEM_MAX ? int((SMEM_MAX - fixed) / (2 * STAGE)) : 0;
+    return n > 4 ? 4 : n;
+  }
+  // The bias slots (right after the ring): a warp's 16 queries x BN keys in float16, for one query half
+  // (MT = 1), beside the mask on the tensor cores (with the bias alone measured slower: the column
+  // pass's attention 481.9 -> 492.4 us), where the kernel still serves with them.
+  static constexpr size_t BIAS_WANT =
+      (TERMS & kTermBias) && (TERMS & kTermMaskMma) && MT == 1 ? 2ull * 64 * BN * 2 : 0;
+  static constexpr int SW_B = fit_stages(FIXED0 + BIAS_WANT);
+  static constexpr bool BSLOT = BIAS_WANT > 0 && SW_B >= (SPLIT ? 3 : 2) &&
+                                (SPLIT || (2 * SW_B * STAGE + BIAS_WANT) / OUT_STAGE >= 3);
+  static constexpr size_t BIAS_BYTES = BSLOT ? BIAS_WANT : 0;
+  static constexpr size_t FIXED = FIXED0 + BIAS_BYTES;
+  static constexpr int SW = fit_stages(FIXED);
+  static constexpr size_t RING = 2 * SW * STAGE;
+  static constexpr int OUT_S = int((RING + BIAS_BYTES) / OUT_STAGE) < 6 ? int((RING + BIAS_BYTES) / OUT_STAGE) : 6;
   static constexpr size_t SMEM = FIXED + RING;
   // The output projection's weight by tensor-map copies (wg_gemm_tma: thread 0 issues them, full /
   // empty mbarriers per stage, no cp.async and no block barrier per step; the mbarriers where the
@@ -175,7 +190,7 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
 #if AXIAL_FUSED_SM90  // (sm_90a device code only, as the kernels' bodies: the host pass never sees it)
   // TB: the bias; TM: the mask, by a select per score, or TMM: on the tensor cores.
   constexpr bool TB = (TERMS & kTermBias) != 0, TM = (TERMS & kTermMask) != 0, TMM = (TERMS & kTermMaskMma) != 0;
-  using C = AttnSm90<T, D, HEADS, SPLIT, TMM>;
+  using C = AttnSm90<T, D, HEADS, SPLIT, TERMS>;
   static_assert(C::SERVED, "attn_sm90_kernel instantiated for a configuration it does not serve");
   static_assert(!OTMA || C::OUT_TMA, "the tensor-map output projection needs its mbarriers");
   static_assert(EXTRAS || TERMS == 0, "the terms are an EXTRAS variant's");
@@ -192,7 +207,8 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
   base += (1024 - (smem_u32(base) & 1023)) & 1023;
   T* O = reinterpret_cast<T*>(base);
   unsigned char* qbuf = base + C::O_BYTES;                   // [wg][2] query buffers
-  unsigned char* ring = qbuf + 2 * 2 * C::Q_BYTES;           // [wg][SW] key/value stages; later W_out's ring
+  unsigned char* ring = qbuf + 2 * 2 * C::Q_BYTES;  // [wg][SW] key/value stages; later W_out's ring
+  [[maybe_unused]] const uint32_t bslot = smem_u32(ring + C::RING);  // BSLOT: [wg][warp] the next unit's bias
 
   const int L = p.len, tid = threadIdx.x, wg = tid >> 7, wtid = tid & 127, warp = (tid >> 5) & 3, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
@@ -232,10 +248,17 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
   // This warpgroup's heads h = 2 i + wg, i < nh; chunk j = i * nkt + n is head i's n-th key tile (with
   // the head's queries when n = 0). A head takes its tiles in the order nkt - 1, 0, 1, ..., nkt - 2:
   // the one tile that can run past the sequence's end comes first, so only a head's first units mask
-  // (the online softmax does not depend on the order). la = chunks requested ahead of the one in use:
-  // at most SW - 2 (the previous chunk's last P V is still in flight during this one's first unit, so
-  // its stage stays), and at most nkt so a query buffer is refilled only after its head is done.
-  const int nh = (HEADS - wg + 1) / 2, la = SW - 2 < nkt ? SW - 2 : nkt;
+  // (the online softmax does not depend on the order). A chunk's keys are needed by its units' S
+  // products, its values by their P V, which runs during the next unit: with one query half that is
+  // the next chunk's, so its values may come a chunk later than its keys (LAG = 1). That lets a
+  // two-stage ring run a chunk ahead; with three stages, two chunks ahead measured slower than one
+  // (LAG = 0 there). The copy group requested as chunk j starts holds chunk j + la's keys (in stage
+  // (j + la) % SW) and chunk j + la - LAG's values (in theirs). la = chunks requested ahead: chunk j - 1's keys are free once its S products are done and
+  // chunk j - 2's values once its last P V is (chunk j - 1's last P V is still in flight during chunk
+  // j's first unit), so at most SW - 2 + LAG; and at most nkt so a query buffer is refilled only after
+  // its head is done.
+  constexpr int LAG = MT == 1 && SW == 2 ? 1 : 0;
+  const int nh = (HEADS - wg + 1) / 2, la = SW - 2 + LAG < nkt ? SW - 2 + LAG : nkt;
   const uint32_t q_base = smem_u32(qbuf) + wg * 2 * C::Q_BYTES, r_base = smem_u32(ring) + wg * SW * C::STAGE;
   // Rows [row0, row0 + NR) of column block `col` of the scratch into an RB-row swizzled tile at `dst`
   // (rows past L read as zeros). Each thread copies the same 16-byte piece lc of rows lr, lr + RPP, ...
@@ -256,41 +279,68 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
   };
   using QRows = std::integral_constant<int, BM>;
   using KRows = std::integral_constant<int, BN>;
-  // The chunks are requested strictly in order, so the next one's head, tile and stage are running
-  // counters (ld_*: no division by the run-time tile count), and a whole tile's rows are copied
-  // without predicates.
-  int ld_i = 0, ld_n = 0, ld_s = 0;
-  auto load = [&](int) {  // (the chunks come in order: the counters say which)
-    if (ld_i < nh) {
-      const int i = ld_i, n = ld_n, kt = n == 0 ? nkt - 1 : n - 1, h = 2 * i + wg;
-      if (n == 0) copy_rows(q_base + (i & 1) * C::Q_BYTES, q0, QRows{}, h * HD);
-      const uint32_t st = r_base + ld_s * C::STAGE;
+  // The chunks' keys and values are each requested strictly in order, so the next one's head, tile
+  // and stage are running counters (no division by the run-time tile count), and a whole tile's rows
+  // are copied without predicates.
+  struct Cursor {
+    int i = 0, n = 0, s = 0;  // head, chunk within the head, stage
+    __device__ int tile(int tiles) const { return n == 0 ? tiles - 1 : n - 1; }
+    __device__ void next(int tiles) {
+      n = n + 1 == tiles ? 0 : n + 1;
+      i += n == 0;
+      s = s + 1 == SW ? 0 : s + 1;
+    }
+  };
+  Cursor kc, vc;
+  // The next chunk's keys (with its head's queries at its first tile, and with LAG = 0 its values,
+  // each row's k and v copied together).
+  auto load_keys = [&] {
+    if (kc.i < nh) {
+      const int kt = kc.tile(nkt), h = 2 * kc.i + wg;
+      if (kc.n == 0) copy_rows(q_base + (kc.i & 1) * C::Q_BYTES, q0, QRows{}, h * HD);
+      const uint32_t st = r_base + kc.s * C::STAGE;
       if (kt * BN + BN <= L) {
         const T* from = src0 + int64_t(kt * BN) * ld + D + h * HD;
 #pragma unroll
         for (int pass = 0; pass < BN / RPP; ++pass) {
           cp_async16_shared(st + dst0 + pass * RPP * RB, from + pass * RPP * ld);
-          cp_async16_shared(st + BN * RB + dst0 + pass * RPP * RB, from + D + pass * RPP * ld);
+          if constexpr (LAG == 0) cp_async16_shared(st + BN * RB + dst0 + pass * RPP * RB, from + D + pass * RPP * ld);
         }
       } else {
         copy_rows(st, kt * BN, KRows{}, D + h * HD);
-        copy_rows(st + BN * RB, kt * BN, KRows{}, 2 * D + h * HD);
+        if constexpr (LAG == 0) copy_rows(st + BN * RB, kt * BN, KRows{}, 2 * D + h * HD);
       }
       // TMM: the tile's mask rows, a key's 16 bytes (kMaskedRaw in bfloat16, or 0, then zeros), read
       // by the B descriptor with both 8-column halves at the same bytes (the A tile's second half is 0).
       if constexpr (TMM) {
         if (wtid < BN) st_shared_16(st + 2 * BN * RB + wtid * 16, make_uint4(mrow >> kt & 1u ? 0xF180u : 0u, 0u, 0u, 0u));
       }
-      ld_n = n + 1 == nkt ? 0 : n + 1;
-      ld_i += ld_n == 0;
-      ld_s = ld_s + 1 == SW ? 0 : ld_s + 1;
+      kc.next(nkt);
     }
-    cp_async_commit();  // possibly empty: one group per chunk
+  };
+  auto load_values = [&] {  // LAG = 1: the next chunk's values
+    if (vc.i < nh) {
+      const int kt = vc.tile(nkt), col = 2 * D + (2 * vc.i + wg) * HD;
+      const uint32_t st = r_base + vc.s * C::STAGE + BN * RB;
+      if (kt * BN + BN <= L) {
+        const T* from = src0 + int64_t(kt * BN) * ld + col;
+#pragma unroll
+        for (int pass = 0; pass < BN / RPP; ++pass) cp_async16_shared(st + dst0 + pass * RPP * RB, from + pass * RPP * ld);
+      } else {
+        copy_rows(st, kt * BN, KRows{}, col);
+      }
+      vc.next(nkt);
+    }
+  };
+  auto load = [&](bool values = true) {  // one copy group (possibly empty: one per chunk)
+    load_keys();
+    if (LAG == 1 && values) load_values();
+    cp_async_commit();
   };
   // The gate's factors (K1 stores sigmoid(g)) of this warpgroup's heads into their places in the
   // output tile: each head's output is multiplied by them as it is stored there, by the threads that
-  // store it. They are first needed at the end of the first head, so they join the copy group of
-  // chunk 1 (the first head's second tile) where there is one, else they go first, in their own.
+  // store it. They are first needed at the end of the first head, so they join the second copy group
+  // requested before the head starts where there is one, else they go first, in their own.
   auto gate_copy = [&] {
     constexpr int PPR = HD / 8;  // 16-byte pieces of a head's row
 #pragma unroll
@@ -312,29 +362,47 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
     cp_async_commit();
   }
   for (int j = 0; j < la; ++j) {
+    if (C::BSLOT && j > 0) cp_async_commit();  // (empty: the place of a unit's bias group, issue_bias)
     if (j == 1 && gate_late) gate_copy();
-    load(j);
+    load(LAG == 0 || j > 0);  // (with LAG, the first group holds chunk 0's keys alone)
   }
 
   // TERMS: the unit (head h, key tile kt, query half M)'s terms into the score accumulators acc: the
   // bias (p.bias_frag: per 64-key chunk, this warp's 16 x 64 block, bias_block_row / _key: four
   // coalesced 16-byte loads a thread), and kMaskedRaw for the absent keys (p.key_bits: one bit each,
-  // in fragment order, frag_pos).
+  // in fragment order, frag_pos). BSLOT: the bias of a warp's next unit is copied into its slot while
+  // this one runs (issue_bias), each thread copying the pieces it reads itself (no barrier).
   [[maybe_unused]] const __half* bfrag = TB ? p.bias_frag + (s / p.seq_inner) * p.bias_frag_stride_b : nullptr;
+  // (the warp's block of unit (h, kt, M): head h, query rows from q0 + 64 M + 16 warp, its key chunks
+  // from kt * BN / 64 on, 1024 halves each; this thread's pieces at lane * 8 + 256 j)
+  [[maybe_unused]] auto bias_block = [&](int h, int kt, int M) {
+    return bfrag + ((int64_t(h) * (p.kp / 16) + (q0 + M * 64) / 16 + warp) * (p.kp / 64) + kt * (BN / 64)) * 1024 + lane * 8;
+  };
+  [[maybe_unused]] const uint32_t my_slot = bslot + (wg * 4 + warp) * (BN / 64) * 2048 + lane * 16;
+  [[maybe_unused]] Cursor bc;  // the unit whose bias is copied next (BSLOT: one query half)
+  [[maybe_unused]] auto issue_bias = [&] {  // one copy group (possibly empty) a unit
+    if (bc.i < nh) {
+      const __half* blk = bias_block(2 * bc.i + wg, bc.tile(nkt), 0);
+#pragma unroll
+      for (int ch = 0; ch < BN / 64; ++ch)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) cp_async16_shared(my_slot + ch * 2048 + j * 512, blk + ch * 1024 + j * 256);
+      bc.next(nkt);
+    }
+    cp_async_commit();
+  };
   [[maybe_unused]] auto load_terms = [&](float (&acc)[BN / 2], int h, int kt, int M) {
+    if constexpr (C::BSLOT) cp_async_wait<1>();  // this unit's bias group (the chunk's group came after it)
 #pragma unroll
     for (int ch = 0; ch < BN / 64; ++ch) {
       const int k0 = kt * BN + ch * 64 + t * 16;
       const uint32_t absent = TM && !TMM ? __ldg(kbits + k0 / 16) : 0u;
-      // (the warp's block: head h, query rows from q0 + 64 M + 16 warp, key chunk kt * BN / 64 + ch)
-      [[maybe_unused]] const __half* blk =
-          TB ? bfrag + ((int64_t(h) * (p.kp / 16) + (q0 + M * 64) / 16 + warp) * (p.kp / 64) + kt * (BN / 64) + ch) * 1024 +
-                   lane * 8
-             : nullptr;
+      [[maybe_unused]] const __half* blk = TB && !C::BSLOT ? bias_block(h, kt, M) + ch * 1024 : nullptr;
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         uint4 u = make_uint4(0u, 0u, 0u, 0u);
-        if constexpr (TB) u = __ldg(reinterpret_cast<const uint4*>(blk + j * 256));
+        if constexpr (C::BSLOT) u = ld_shared_16(my_slot + ch * 2048 + j * 512);
+        else if constexpr (TB) u = __ldg(reinterpret_cast<const uint4*>(blk + j * 256));
         const uint32_t w[4] = {u.x, u.y, u.z, u.w};
         const int i = j >> 1;
 #pragma unroll
@@ -354,6 +422,12 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
   // Whether a unit's accumulators start from its terms (the bias, or the mask by selects).
   constexpr bool INIT = TB || (TM && !TMM);
   float sc[BN / 2];  // a unit's scores (with INIT, from its terms on)
+
+  if constexpr (C::BSLOT) issue_bias();  // the first unit's
+  // Copy groups newer than the one a chunk start waits for: the la - 1 chunks' groups after it and,
+  // with BSLOT, the la units' bias groups between them (the first of them in the prologue).
+  const int waits = C::BSLOT ? 2 * la - 1 : la - 1;
+  static_assert(!C::BSLOT || (MT == 1 && SW <= 4), "one bias slot a warp; at most three groups newer");
 
   AXIAL_PHASE(0);
   for (int i = 0; i < nh; ++i) {
@@ -375,31 +449,33 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
     uint32_t p_buf[2][BN / 16][4];
     float alpha[2];
     uint32_t v_prev = 0;  // the previous unit's values; its query half is (m + MT - 1) % MT
-    // Waits for the head's n-th chunk, requests the one la ahead; returns the tile's k address.
+    // Waits for the head's n-th chunk's keys and chunk n - LAG's values, requests the next copy group;
+    // returns the chunk's stage.
     auto tile_start = [&](int n) {
       const int j = i * nkt + n;
-      if (la == 0) {  // no room to run ahead (SW = 2): load the chunk now, into chunk j - 2's stage
+      if (la == 0) {  // no room to run ahead (SW = 2, LAG = 0): load the chunk now, into chunk j - 2's stage
         warpgroup_sync(wg);
-        load(j);
+        load();
         cp_async_wait<0>();
         fence_proxy_async();
         warpgroup_sync(wg);
       } else {
-        cp_async_wait_upto(la - 1);  // this thread's copies of chunk j have landed
+        cp_async_wait_upto(waits);  // this thread's copies of them have landed
         fence_proxy_async();
-        warpgroup_sync(wg);  // everyone's have; chunk j - 2's products are done, so its stage may be refilled
-        load(j + la);
+        warpgroup_sync(wg);  // everyone's have; chunk j - 1's S and chunk j - 2's P V are done: their rows are free
+        load();
       }
       AXIAL_PHASE(1);
-      return r_base + (j % SW) * C::STAGE;
+      return j % SW;
     };
     // One unit (query half M of key tile kt). FIRST (the head's first unit), M and MASK (a unit of the
     // head's first tile, the only one that can run past L) are compile-time: a wgmma under a run-time
     // branch makes ptxas serialize every wgmma of the kernel.
-    auto unit = [&](auto first_c, auto m_c, auto mask_c, uint32_t k_base, int kt) {
+    auto unit = [&](auto first_c, auto m_c, auto mask_c, int stage, int kt) {
       constexpr bool FIRST = decltype(first_c)::value, MASK = decltype(mask_c)::value;
       constexpr int M = decltype(m_c)::value;
       constexpr int CUR = MT == 2 ? M : 0, PREV = MT == 2 ? 1 - M : 1;  // the last unit's P ends in p_buf[1]
+      const uint32_t k_base = r_base + stage * C::STAGE;
       if constexpr (INIT) load_terms(sc, h, kt, M);
       wgmma_fence();
 #pragma unroll
@@ -412,6 +488,7 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
         pv_issue<T, HD, BN, RB>(o[(M + MT - 1) % MT], p_buf[PREV], v_prev);
         wgmma_commit();
       }
+      if constexpr (C::BSLOT) issue_bias();  // (the slot's pieces are in sc by now)
       if constexpr (!FIRST) {
         wgmma_wait<1>();
       } else {
@@ -449,16 +526,21 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
     using Half0 = std::integral_constant<int, 0>;
     using Half1 = std::integral_constant<int, MT - 1>;
     {  // the last key tile first (it may be partial), then tiles 0 .. nkt - 2
-      const uint32_t k_base = tile_start(0);
-      unit(std::true_type{}, Half0{}, std::true_type{}, k_base, nkt - 1);
-      if constexpr (MT == 2) unit(std::false_type{}, Half1{}, std::true_type{}, k_base, nkt - 1);
+      const int stage = tile_start(0);
+      unit(std::true_type{}, Half0{}, std::true_type{}, stage, nkt - 1);
+      if constexpr (MT == 2) unit(std::false_type{}, Half1{}, std::true_type{}, stage, nkt - 1);
     }
     for (int n = 1; n < nkt; ++n) {
-      const uint32_t k_base = tile_start(n);
-      unit(std::false_type{}, Half0{}, std::false_type{}, k_base, n - 1);
-      if constexpr (MT == 2) unit(std::false_type{}, Half1{}, std::false_type{}, k_base, n - 1);
+      const int stage = tile_start(n);
+      unit(std::false_type{}, Half0{}, std::false_type{}, stage, n - 1);
+      if constexpr (MT == 2) unit(std::false_type{}, Half1{}, std::false_type{}, stage, n - 1);
     }
-    // Drain: the last unit's P V.
+    // Drain: the last unit's P V (with LAG, once the last chunk's values, the oldest group in flight, are in).
+    if constexpr (LAG == 1) {
+      cp_async_wait_upto(waits);
+      fence_proxy_async();
+      warpgroup_sync(wg);
+    }
     wgmma_fence();
     pv_issue<T, HD, BN, RB>(o[MT - 1], p_buf[1], v_prev);
     wgmma_commit();
@@ -555,7 +637,7 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
 }
 
 template <class T, int D, int HEADS, bool EXTRAS = false, int TERMS = 0>
-__global__ void __launch_bounds__(256, AttnSm90<T, D, HEADS, 0, (TERMS & kTermMaskMma) != 0>::MINB)
+__global__ void __launch_bounds__(256, AttnSm90<T, D, HEADS, 0, TERMS>::MINB)
     attn_sm90_kernel(const __grid_constant__ PassParams p) {
 #if AXIAL_FUSED_SM90
   pdl_entry();
@@ -579,7 +661,7 @@ __global__ void __launch_bounds__(256, 1) attn_sm90_split_kernel(const __grid_co
 
 // The output projection's weight by tensor-map copies (AttnSm90::OUT_TMA); `omap` as attn_sm90_body says.
 template <class T, int D, int HEADS, bool EXTRAS = false, int TERMS = 0>
-__global__ void __launch_bounds__(256, AttnSm90<T, D, HEADS, 0, (TERMS & kTermMaskMma) != 0>::MINB)
+__global__ void __launch_bounds__(256, AttnSm90<T, D, HEADS, 0, TERMS>::MINB)
     attn_sm90_otma_kernel(const __grid_constant__ PassParams p, const __grid_constant__ CUtensorMap omap) {
 #if AXIAL_FUSED_SM90
   pdl_entry();
