@@ -75,8 +75,8 @@ struct AttnSm90 {
     return n > 4 ? 4 : n;
   }
   // The bias slots (right after the ring): a warp's 16 queries x BN keys in float16, for one query half
-  // (MT = 1), beside the mask on the tensor cores (with the bias alone measured slower: the column
-  // pass's attention 481.9 -> 492.4 us), where the kernel still serves with them.
+  // (MT = 1), beside the mask on the tensor cores (with the bias alone it measured slower,
+  // docs/performance.md), where the kernel still serves with them.
   static constexpr size_t BIAS_WANT =
       (TERMS & kTermBias) && (TERMS & kTermMaskMma) && MT == 1 ? 2ull * 64 * BN * 2 : 0;
   static constexpr int SW_B = fit_stages(FIXED0 + BIAS_WANT);
