@@ -7,17 +7,21 @@
 namespace axial_fused {
 namespace {
 
+// One wave: as many blocks as fit on the device at once (each warp's ring then runs on across its
+// groups of tokens), or fewer where there are fewer groups.
 template <class T, int HMAX, bool VEC>
 cudaError_t launch_one(const PairBiasParams& p, cudaStream_t stream) {
+  const auto kernel = pair_bias_kernel<T, HMAX, VEC>;
   const size_t smem = pair_bias_smem<HMAX>(p.c);
-  if (smem > 48 * 1024) {
-    const cudaError_t e = cudaFuncSetAttribute(pair_bias_kernel<T, HMAX, VEC>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-    if (e != cudaSuccess) return e;
-  }
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  int dev = 0, sms = 0, per_sm = 0;
+  if (e == cudaSuccess) e = cudaGetDevice(&dev);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kPairBiasThreads, smem);
+  if (e != cudaSuccess) return e;
+  const int64_t wave = int64_t(sms) * (per_sm > 0 ? per_sm : 1);
   const int64_t blocks = (p.tokens + kPairBiasThreads - 1) / kPairBiasThreads;
-  pair_bias_kernel<T, HMAX, VEC>
-      <<<unsigned(blocks < kPairBiasBlocks ? blocks : kPairBiasBlocks), kPairBiasThreads, smem, stream>>>(p);
+  kernel<<<unsigned(blocks < wave ? blocks : wave), kPairBiasThreads, smem, stream>>>(p);
   return cudaGetLastError();
 }
 

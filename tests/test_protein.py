@@ -481,6 +481,23 @@ def test_pair_bias_kernel_matches_float64(c, heads, dt):
             assert err <= 2 * torch_err + FLOOR[dtype], f"{layout}: error {err:.3g} (PyTorch at {dt}: {torch_err:.3g})"
 
 
+@gpu
+@pytest.mark.parametrize("dt", list(DTYPES))
+def test_pair_bias_kernel_many_tokens(dt):
+    """More tokens than one wave of the kernel's warps takes (so that warps run on to further groups of
+    32 tokens through their rings), a last group cut short, against float64, the output poisoned."""
+    dtype = DTYPES[dt]
+    x, nw, nb, w = pair_bias_inputs(2, 300, 301, 128, 8, dtype, "cuda", 7)
+    want = pair_bias64(x, nw, nb, w)
+    with torch.inference_mode():
+        plain = torch.nn.functional.linear(torch.nn.functional.layer_norm(x, (128,), nw, nb, 1e-5), w).movedim(-1, -3)
+        torch_err = rel_err(plain.cpu(), want)
+        torch.full((1 << 26,), float("nan"), device="cuda")  # poison the allocator's free blocks
+        got = torch.ops.axial_fused.pair_bias(x, nw, nb, w, 1e-5)
+    err = rel_err(got.cpu(), want)
+    assert err <= 2 * torch_err + FLOOR[dtype], f"error {err:.3g} (PyTorch at {dt}: {torch_err:.3g})"
+
+
 # ---- the protein benchmark's blocks ------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", ["msa_row_pair", "msa_col", "extra_msa", "tri_256", "esm_col"])
