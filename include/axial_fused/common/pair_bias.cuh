@@ -35,7 +35,8 @@ constexpr int kPairBiasStageBytes = 32 * 128;  // 32 tokens' 128-byte chunks
 // HMAX: heads rounded up to 4, 8, 16 or 32 (the accumulators; gw rows padded with zeros).
 template <int HMAX>
 constexpr size_t pair_bias_smem(int c) {
-  return size_t(kPairBiasThreads / 32) * kPairBiasStages * kPairBiasStageBytes + (size_t(c) * HMAX + 2 * HMAX) * sizeof(float);
+  return size_t(kPairBiasThreads / 32) * kPairBiasStages * kPairBiasStageBytes +
+         (size_t(c) * HMAX + 2 * HMAX) * sizeof(float);
 }
 
 template <class T, int HMAX, bool VEC>

@@ -253,10 +253,10 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
   // the next chunk's, so its values may come a chunk later than its keys (LAG = 1). That lets a
   // two-stage ring run a chunk ahead; with three stages, two chunks ahead measured slower than one
   // (LAG = 0 there). The copy group requested as chunk j starts holds chunk j + la's keys (in stage
-  // (j + la) % SW) and chunk j + la - LAG's values (in theirs). la = chunks requested ahead: chunk j - 1's keys are free once its S products are done and
-  // chunk j - 2's values once its last P V is (chunk j - 1's last P V is still in flight during chunk
-  // j's first unit), so at most SW - 2 + LAG; and at most nkt so a query buffer is refilled only after
-  // its head is done.
+  // (j + la) % SW) and chunk j + la - LAG's values (in theirs). la = chunks requested ahead: chunk
+  // j - 1's keys are free once its S products are done and chunk j - 2's values once its last P V is
+  // (chunk j - 1's last P V is still in flight during chunk j's first unit), so at most SW - 2 + LAG;
+  // and at most nkt so a query buffer is refilled only after its head is done.
   constexpr int LAG = MT == 1 && SW == 2 ? 1 : 0;
   const int nh = (HEADS - wg + 1) / 2, la = SW - 2 + LAG < nkt ? SW - 2 + LAG : nkt;
   const uint32_t q_base = smem_u32(qbuf) + wg * 2 * C::Q_BYTES, r_base = smem_u32(ring) + wg * SW * C::STAGE;
