@@ -143,11 +143,21 @@ __device__ __forceinline__ void ln_qkv_sm90_body(const PassParams& p, const void
     return;
   }
   if constexpr (C::WIDE) setmaxnreg_inc<232>();
+#ifdef AXIAL_FUSED_PHASE_CLOCK
+  long long phase_[2] = {}, phase_last_ = clock64();
+#endif
   request_rows_sw128<T, D, BM>(p, A, xo);
   cp_async_wait<0>();
   named_sync(1, 256);
+  AXIAL_PHASE(0);
   layernorm_sw128<T, D, BM>(p, A);
   named_sync(1, 256);  // every row normalised and fenced before either warpgroup reads A
+  AXIAL_PHASE(1);
+#ifdef AXIAL_FUSED_PHASE_CLOCK
+  if (blockIdx.x < 2 && (threadIdx.x & 127) == 0)
+    printf("k1 clocks D %d block %d wg %d: rows %lld layernorm %lld\n", D, int(blockIdx.x), int(threadIdx.x >> 7),
+           phase_[0], phase_[1]);
+#endif
   wg_gemm_ws_consume<T, C::WGM, C::WGN, C::BNW, D, SB, C::KW, NFIX, TMA, KR, C::S>(
       A, ws, full, empty, store, nq, EXTRAS ? static_cast<const T*>(p.qkv_bias) : nullptr);
   if constexpr (TMA) cluster_sync();
