@@ -24,8 +24,9 @@
 
 // Instrumentation, the build's one switch: with -DAXIAL_FUSED_PHASE_CLOCK (AXIAL_FUSED_NVCC_FLAGS) the
 // first blocks of the fused kernels, of every wg_gemm and of K1's consumers (their rows' loads and
-// LayerNorm, then the product's phases) print the clock cycles they spent in each phase. AXIAL_PHASE(i) adds the cycles since its last call to the local counter
-// phase_[i] (declared with phase_last_ where the counting starts); without the switch it is nothing.
+// LayerNorm, then the product's phases) print the clock cycles they spent in each phase.
+// AXIAL_PHASE(i) adds the cycles since its last call to the local counter phase_[i] (declared with
+// phase_last_ where the counting starts); without the switch it is nothing.
 #ifdef AXIAL_FUSED_PHASE_CLOCK
 #define AXIAL_PHASE(i)                 \
   do {                                 \
