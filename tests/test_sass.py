@@ -4,7 +4,8 @@ consumers issue their tensor-core products with no cp.async and no block barrier
 attention kernels' outputs are stored with STG.E.128 only; K1's cluster form loads the weight by
 multicast tensor-map copies; at D = 768 K1 takes part of A from registers; the tensor-map output
 projection and the split pass's GEMM load by the copy engine alone; the attention kernel's requests
-have no division by the run-time tile count."""
+have no division by the run-time tile count; the mma.sync attention at head_dim 8 holds its registers
+to three blocks an SM."""
 from __future__ import annotations
 
 import os
@@ -149,3 +150,17 @@ def test_attention_requests_without_division(tmp_path):
     out = _sass_loops(tmp_path, [], "--count", r"I2F\.RP", kernel="attn_sm90")
     counts = [int(c) for c in re.findall(r"matching .*: (\d+)", out)]
     assert counts and sum(counts) == 0, out
+
+
+def test_small_head_attention_fits_three_blocks_an_sm(tmp_path):
+    # attn_out_kernel at head_dim 16 or less (Traits::k2_min_blocks; extra_msa's head_dim 8): every
+    # variant at D = 64 asks for three blocks of 256 threads an SM, so ptxas holds it to 85 registers.
+    nvcc, source = _nvcc(), ROOT / "kernels" / "axial_bf16_d64_h8.cu"
+    if nvcc is None or not source.exists():
+        pytest.skip("needs nvcc and the generated kernel files")
+    out = subprocess.run([nvcc, "-std=c++17", "-O3", f"-I{ROOT / 'include'}", "-arch=sm_90a", "-cubin",
+                          "-Xptxas=-v", "-o", str(tmp_path / "k.cubin"), str(source)],
+                         check=True, capture_output=True, text=True)
+    regs = [int(n) for name, n in re.findall(r"Compiling entry function '(\w+)'.*?Used (\d+) registers",
+                                             out.stdout + out.stderr, re.S) if "attn_out_kernel" in name]
+    assert len(regs) == 4 and max(regs) <= 65536 // (3 * 256), regs

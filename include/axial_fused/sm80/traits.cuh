@@ -55,6 +55,14 @@ struct Traits {
   }
   static constexpr size_t K1_BYTES = X_BYTES + W_BYTES;
   static constexpr size_t K2_BYTES = OFF_BYTES + k2_bytes(CG);
+  // attn_out_kernel's minimum blocks an SM (its __launch_bounds__; EXTRAS: its features' variant):
+  // three in 16-bit at head_dim 16 or less where three blocks' shared memory fits, so that ptxas holds
+  // the registers to 80 and a third block's warps hide the latencies that two leave exposed (ncu at
+  // extra_msa: 25% of the warps active at two blocks); for the plain variant only at D = 64, where
+  // the cap measured faster too (at D = 128 it measured slower). docs/performance.md, extra_msa.
+  static constexpr int k2_min_blocks(bool extras) {
+    return M == Mma::Tc16 && HDK <= 16 && 3 * K2_BYTES <= 227 * 1024 && (extras || D <= 64) ? 3 : 1;
+  }
 
   static_assert(D % 64 == 0, "dim must be a multiple of 64");
   static_assert(D % HEADS == 0 && HD % 8 == 0 && HD <= 128, "head_dim must be a multiple of 8, at most 128");

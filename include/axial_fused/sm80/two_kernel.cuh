@@ -70,7 +70,8 @@ struct AttnOutLayout {
 
 // EXTRAS: the mask, the bias, the gate and the optional residual (has_extras).
 template <class Tr, bool SM90, bool EXTRAS = false>
-__global__ void __launch_bounds__(Tr::THREADS) attn_out_kernel(const __grid_constant__ PassParams p) {
+__global__ void __launch_bounds__(Tr::THREADS, Tr::k2_min_blocks(EXTRAS))
+    attn_out_kernel(const __grid_constant__ PassParams p) {
   pdl_entry();
 #if !AXIAL_FUSED_SM90
   if constexpr (SM90) {
