@@ -28,15 +28,20 @@ def _nvcc() -> str | None:
     return shutil.which("nvcc")
 
 
-def _sass_loops(tmp_path: Path, flags: list[str], *extra: str, kernel: str = "ln_qkv_sm90",
-                source: Path = KERNEL) -> str:
-    """scripts/dev/sass_loops.py's report on `kernel` (default K1) of `source` compiled for sm_90a with `flags`."""
+def _compile(cubin: Path, source: Path, flags: list[str]) -> subprocess.CompletedProcess:
+    """`source` compiled for sm_90a with `flags` into `cubin` (skips without nvcc or the kernel files)."""
     nvcc = _nvcc()
     if nvcc is None or not source.exists():
         pytest.skip("needs nvcc and the generated kernel files")
+    return subprocess.run([nvcc, "-std=c++17", "-O3", f"-I{ROOT / 'include'}", "-arch=sm_90a", "-cubin", *flags,
+                           "-o", str(cubin), str(source)], check=True, capture_output=True, text=True)
+
+
+def _sass_loops(tmp_path: Path, flags: list[str], *extra: str, kernel: str = "ln_qkv_sm90",
+                source: Path = KERNEL) -> str:
+    """scripts/dev/sass_loops.py's report on `kernel` (default K1) of `source` compiled for sm_90a with `flags`."""
     cubin = tmp_path / ("k" + "".join(f.split("=")[0][-4:] for f in flags) + ".cubin")
-    subprocess.run([nvcc, "-std=c++17", "-O3", f"-I{ROOT / 'include'}", "-arch=sm_90a", "-cubin", *flags,
-                    "-o", str(cubin), str(source)], check=True, capture_output=True)
+    _compile(cubin, source, flags)
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "dev" / "sass_loops.py"), str(cubin), kernel, *extra],
                          capture_output=True, text=True)
     if out.returncode != 0 and "no nvdisasm" in out.stderr + out.stdout:
@@ -155,12 +160,7 @@ def test_attention_requests_without_division(tmp_path):
 def test_small_head_attention_fits_three_blocks_an_sm(tmp_path):
     # attn_out_kernel at head_dim 16 or less (Traits::k2_min_blocks; extra_msa's head_dim 8): every
     # variant at D = 64 asks for three blocks of 256 threads an SM, so ptxas holds it to 85 registers.
-    nvcc, source = _nvcc(), ROOT / "kernels" / "axial_bf16_d64_h8.cu"
-    if nvcc is None or not source.exists():
-        pytest.skip("needs nvcc and the generated kernel files")
-    out = subprocess.run([nvcc, "-std=c++17", "-O3", f"-I{ROOT / 'include'}", "-arch=sm_90a", "-cubin",
-                          "-Xptxas=-v", "-o", str(tmp_path / "k.cubin"), str(source)],
-                         check=True, capture_output=True, text=True)
+    out = _compile(tmp_path / "k.cubin", ROOT / "kernels" / "axial_bf16_d64_h8.cu", ["-Xptxas=-v"])
     regs = [int(n) for name, n in re.findall(r"Compiling entry function '(\w+)'.*?Used (\d+) registers",
                                              out.stdout + out.stderr, re.S) if "attn_out_kernel" in name]
     assert len(regs) == 4 and max(regs) <= 65536 // (3 * 256), regs

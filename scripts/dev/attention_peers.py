@@ -5,12 +5,13 @@
 SHAPE: msa_row (512 sequences of 256, 8 heads of 32, mask and pair bias), msa_col (256 of 512,
 mask), tri_256 / tri_384 (one node: L sequences of L, 4 heads of 32, mask and bias), esm_col (512 of
 256, 12 heads of 64, mask). Per shape and peer: the GPU time of q, k, v -> o alone (no projections,
-LayerNorm or gate), the sum of the peer's kernels per call. Peers: cuEquivariance's `triangle_attention` (mask and float32 bias, its own
-layout [B, N, heads, L, c]), and `scaled_dot_product_attention` on [N, heads, L, c] with each backend
-that accepts the call: plain (no mask or bias), and with the bias broadcast over the sequences (no
-mask; its batch stride 0) or, where the shape has no bias, with the key mask (bool, broadcast over
-heads and queries). Ours runs the whole pass (LayerNorm, projections, attention, gate, output
-projection): compare with `scripts/dev/feature_times.py` on the same device call.
+LayerNorm or gate), the sum of the peer's kernels per call. Peers: cuEquivariance's
+`triangle_attention` (mask and float32 bias, its own layout [B, N, heads, L, c]), and
+`scaled_dot_product_attention` on [N, heads, L, c] with each backend that accepts the call: plain
+(no mask or bias), and with the bias broadcast over the sequences (no mask; its batch stride 0) or,
+where the shape has no bias, with the key mask (bool, broadcast over heads and queries). Ours runs
+the whole pass (LayerNorm, projections, attention, gate, output projection): compare with
+`scripts/dev/feature_times.py` on the same device call.
 """
 import argparse
 import collections
