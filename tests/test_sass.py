@@ -5,7 +5,7 @@ attention kernels' outputs are stored with STG.E.128 only; K1's cluster form loa
 multicast tensor-map copies; at D = 768 K1 takes part of A from registers; the tensor-map output
 projection and the split pass's GEMM load by the copy engine alone; the attention kernel's requests
 have no division by the run-time tile count; the mma.sync attention at head_dim 8 holds its registers
-to three blocks an SM."""
+to three blocks an SM and adds its mask and bias a tile at a time, not with a branch per score."""
 from __future__ import annotations
 
 import os
@@ -164,3 +164,24 @@ def test_small_head_attention_fits_three_blocks_an_sm(tmp_path):
     regs = [int(n) for name, n in re.findall(r"Compiling entry function '(\w+)'.*?Used (\d+) registers",
                                              out.stdout + out.stderr, re.S) if "attn_out_kernel" in name]
     assert len(regs) == 4 and max(regs) <= 65536 // (3 * 256), regs
+
+
+def test_two_kernel_attention_terms_branch_per_tile(tmp_path):
+    # attn_out_kernel's mask and bias (TileTerms::add): a tile's absent-key bits shifted to the thread's
+    # columns and its biases loaded together, the bias dtype and the aligned / bounded load form chosen
+    # once a tile, so the variants with the terms (EXTRAS) branch about as often in their key-tile loop
+    # as the plain ones (a branch and a dependent load per score gave 126 branches against 25).
+    cubin = tmp_path / "k.cubin"
+    _compile(cubin, ROOT / "kernels" / "axial_bf16_d64_h8.cu", [])
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "dev" / "sass_loops.py"), str(cubin), "attn_out_kernel"],
+                         capture_output=True, text=True)
+    if out.returncode != 0 and "no nvdisasm" in out.stderr + out.stdout:
+        pytest.skip("no nvdisasm here")
+    assert out.returncode == 0, out.stderr
+    loops = re.findall(r"attn_out_kernel\w*?ELb(\d)ELb(\d)EE\w*: \d+ instructions\n\s*loop \S+: \d+ instructions, "
+                       r"\d+ tensor-core products, \d+ cp.async, \d+ named/block barriers, \d+ mbarrier ops, (\d+) branches",
+                       out.stdout)
+    plain = [int(n) for _, extras, n in loops if extras == "0"]
+    terms = [int(n) for _, extras, n in loops if extras == "1"]
+    assert len(plain) == 2 and len(terms) == 2, out.stdout
+    assert max(terms) <= 2 * max(plain), (plain, terms)

@@ -3,6 +3,8 @@
 // streamed from global memory), attend_tile (online-softmax attention of a warp's 16 queries over a
 // tile of keys), and the output projection with its bias + residual epilogue.
 #pragma once
+#include <type_traits>
+
 #include "axial_fused/common/epilogue.cuh"
 #include "axial_fused/common/layernorm.cuh"
 #include "axial_fused/common/logits.cuh"
@@ -152,7 +154,7 @@ struct AttnState {
 
 // No logit terms: attend_tile's plain form.
 struct NoTerms {
-  static constexpr bool ACTIVE = false;
+  static constexpr bool ACTIVE = false, BY_TILE = false;
   __device__ __forceinline__ float operator()(int, int) const { return 0.f; }
 };
 
@@ -160,23 +162,26 @@ struct NoTerms {
 // its sequence's keys start at key index lo[i] of the tile's numbering (0, or a packed block's row).
 template <class T>
 struct RowTerms {
-  static constexpr bool ACTIVE = true;
+  static constexpr bool ACTIVE = true, BY_TILE = false;
   const PassParams& p;
   LogitRow<T> row[2];
   int lo[2];
   __device__ __forceinline__ float operator()(int i, int col) const { return row[i].term(p, col - lo[i]); }
 };
 
-// The logit terms of a warp's two rows in one key tile of the two-kernel attention (one sequence,
-// keys key0 .. key0 + 63): the tile's absent keys as bits (bit k: key key0 + k; from
-// PassParams::key_bits, keys in order: one load a tile, not one a key), the bias per element.
+// The logit terms of a warp's two rows in one key tile of the two-kernel attention (one sequence of
+// len keys, the tile's keys key0 .. key0 + KN - 1), added to a whole tile of scores at once (add):
+// the tile's absent keys as bits (bit k: key key0 + k; from PassParams::key_bits, keys in order: one
+// load a tile), and the thread's biases loaded together, STEP key blocks at a time, with the
+// bias's dtype chosen once a tile: no branch and no dependent load per score.
 template <class T>
 struct TileTerms {
-  static constexpr bool ACTIVE = true;
+  static constexpr bool ACTIVE = true, BY_TILE = true;
+  static constexpr int STEP = 4;  // key blocks (8 keys) whose biases are loaded together
   const PassParams& p;
-  LogitRow<T> row[2];  // (their bias rows; the mask is read from the bits)
+  LogitRow<T> row[2];  // (their bias rows, key l at l; the mask is read from the bits)
   uint64_t absent;
-  int key0;
+  int key0, len;
   // The bits of the KN keys from key0 (a multiple of KN: 32 or 64) of the sequence whose key_bits row
   // is `bits` (null: no mask).
   template <int KN>
@@ -186,9 +191,67 @@ struct TileTerms {
     if constexpr (KN == 64) return __ldg(reinterpret_cast<const unsigned long long*>(bits) + key0 / 64);
     return __ldg(reinterpret_cast<const unsigned int*>(bits) + key0 / 32);
   }
-  __device__ __forceinline__ float operator()(int i, int col) const {
-    if ((absent >> (col - key0)) & 1) return kMaskedLogit;
-    return row[i].bias ? row[i].bias_at(p, col) * 1.4426950408889634f : 0.f;
+  // s (the tile's raw scores in the accumulator layout: s[j][e] is row g + 8 (e >> 1), key key0 + 8 j
+  // + 2 t + (e & 1)) = s * scale_log2 + term. Keys at or past len hold -inf already and keep it.
+  template <int NT>
+  __device__ __forceinline__ void add(float (&s)[NT][4], float scale_log2) const {
+    const int t = threadIdx.x & 3;
+    const uint64_t a = absent >> (2 * t);  // bit 8 j + c: this thread's key 8 j + 2 t + c
+    if (row[0].bias == nullptr) {
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          s[j][e] = fmaf(s[j][e], scale_log2, (a >> (8 * j + (e & 1))) & 1 ? kMaskedLogit : 0.f);
+      return;
+    }
+    if (p.bias_f32) {
+      add_bias<float>(s, scale_log2, a);
+    } else {
+      add_bias<T>(s, scale_log2, a);
+    }
+  }
+
+ private:
+  template <class E, int NT>
+  __device__ __forceinline__ void add_bias(float (&s)[NT][4], float scale_log2, uint64_t a) const {
+    const int c0 = key0 + 2 * (threadIdx.x & 3);
+    const E* r[2] = {static_cast<const E*>(row[0].bias) + c0, static_cast<const E*>(row[1].bias) + c0};
+    static_assert(NT % STEP == 0, "whole steps");
+    // A tile inside the sequence, both rows' pairs aligned: one load a pair; else one a key, bounded.
+    const auto run = [&](auto pairs) {
+#pragma unroll
+      for (int j0 = 0; j0 < NT; j0 += STEP) {
+        float v[STEP][4];
+#pragma unroll
+        for (int j = 0; j < STEP; ++j)
+#pragma unroll
+          for (int i = 0; i < 2; ++i) {
+            const int off = (j0 + j) * 8;
+            if constexpr (decltype(pairs)::value) {
+              const float2 b = load2(r[i] + off);
+              v[j][2 * i] = b.x;
+              v[j][2 * i + 1] = b.y;
+            } else {
+#pragma unroll
+              for (int c = 0; c < 2; ++c)
+                v[j][2 * i + c] = c0 + off + c < len ? Pack2<E>::to_float(r[i][off + c]) : 0.f;
+            }
+          }
+#pragma unroll
+        for (int j = 0; j < STEP; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            s[j0 + j][e] = fmaf(s[j0 + j][e], scale_log2,
+                                (a >> (8 * (j0 + j) + (e & 1))) & 1 ? kMaskedLogit : v[j][e] * 1.4426950408889634f);
+      }
+    };
+    const bool aligned = ((reinterpret_cast<uintptr_t>(r[0]) | reinterpret_cast<uintptr_t>(r[1])) & (2 * sizeof(E) - 1)) == 0;
+    if (key0 + NT * 8 <= len && aligned) {
+      run(std::true_type{});
+    } else {
+      run(std::false_type{});
+    }
   }
 };
 
@@ -226,7 +289,10 @@ __device__ __forceinline__ void attend_tile(AttnState<Tr>& st, const typename Tr
       }
     }
   }
-  if constexpr (Terms::ACTIVE) {  // the logits scaled and their terms added here: the rest takes scale 1
+  if constexpr (Terms::BY_TILE) {  // the logits scaled and their terms added here: the rest takes scale 1
+    terms.add(s, scale_log2);
+    scale_log2 = 1.f;
+  } else if constexpr (Terms::ACTIVE) {
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
 #pragma unroll

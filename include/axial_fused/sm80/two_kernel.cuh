@@ -158,7 +158,7 @@ __global__ void __launch_bounds__(Tr::THREADS, Tr::k2_min_blocks(EXTRAS))
       const T* qt = qs + ((hg & 1) * CG + cg) * BM * LDH + rg * 16 * LDH;
       if (terms) {
         const TileTerms<T> tt{p, {seq.row(p, h, qa), seq.row(p, h, qb)}, TileTerms<T>::template load_bits<BN>(key_bits, kt * BN),
-                              kt * BN};
+                              kt * BN, L};
         attend_tile<Tr>(st, qt, LDH, ks, ks + BN * LDH, LDH, kt * BN, lo, hi, p.scale_log2, ps + warp * 16 * Tr::LDP, tt);
       } else {
         attend_tile<Tr>(st, qt, LDH, ks, ks + BN * LDH, LDH, kt * BN, lo, hi, p.scale_log2, ps + warp * 16 * Tr::LDP);

@@ -61,8 +61,12 @@ struct AttnSm90 {
   static constexpr size_t Q_BYTES = size_t(BM) * RB;            // one head's queries
   static constexpr size_t MROW_BYTES = MROWS ? size_t(BN) * 16 : 0;   // the mask's B rows of a tile
   static constexpr size_t STAGE = 2ull * BN * RB + MROW_BYTES;  // one key tile: k rows, v rows, mask rows
+  // The mask's B descriptor reads its rows' two 8-column halves at the same bytes (leading offset 0),
+  // but spans 16 columns (BN x 32 bytes) as the sanitizer counts it: the last stage's would end
+  // MROW_BYTES past the ring, so the allocation keeps that much after it.
+  static constexpr size_t MROW_TAIL = MROW_BYTES;
   // Per warpgroup: two query buffers (this head's, the next one's) and SW ring stages.
-  static constexpr size_t FIXED0 = 1024 + OFFS + ONES + O_BYTES + 2 * 2 * Q_BYTES;
+  static constexpr size_t FIXED0 = 1024 + OFFS + ONES + O_BYTES + 2 * 2 * Q_BYTES + MROW_TAIL;
   static constexpr int MINB = PAIR && FIXED0 + 2 * 2 * STAGE <= 113 * 1024 ? 2 : 1;
   static constexpr size_t SMEM_MAX = MINB == 2 ? 113 * 1024 : 227 * 1024;  // per block
   // Output projection: WGM x WGN warpgroups over the BM x D output, OUT_BNW-wide weight chunks (128
