@@ -10,6 +10,10 @@
 #include "axial_fused/sm80/block_ops.cuh"
 #include "axial_fused/sm90/wg_gemm.cuh"
 
+#ifndef AXIAL_FUSED_MMA_MASK  // (attn_out_kernel's mask on the tensor cores: 1, measured against 0)
+#define AXIAL_FUSED_MMA_MASK 0
+#endif
+
 namespace axial_fused {
 
 // EXTRAS (has_extras): the q/k/v bias and the gate's block (nq = 4D); the plain variant compiles without them.
@@ -107,6 +111,15 @@ __global__ void __launch_bounds__(Tr::THREADS, Tr::k2_min_blocks(EXTRAS))
     return q0 + r < L;
   });
 
+  // The mask on the tensor cores (MASK_MMA: bfloat16 with padded head tiles): column HD of a head's
+  // q tile holds 1.0 and of its k tile kMaskedRaw for an absent key (0 for a present one), so that
+  // S's product adds kMaskedRaw to an absent key's raw score, which is then kMaskedRaw exactly
+  // (|q.k| < 2^76), as in the Hopper attention kernel (kTermMaskMma): no instruction per score.
+  constexpr bool MASK_MMA = AXIAL_FUSED_MMA_MASK && EXTRAS && Tr::PADDED && std::is_same<T, __nv_bfloat16>::value;
+  const uint16_t* mask_bits = MASK_MMA && p.key_bits ? p.key_bits + s * (p.kp / 16) : nullptr;
+  const bool mask_mma = mask_bits != nullptr;
+  constexpr uint32_t kOneBf16 = 0x3F80u, kMaskedRawBf16 = 0xF180u;  // 1.0 and kMaskedRaw = -2^100
+
   auto load = [&](int it) {
     const int hg = it / nkt, kt = it % nkt, buf = it & 1;
     for (int c2 = 0; c2 < CG; ++c2) {
@@ -118,7 +131,11 @@ __global__ void __launch_bounds__(Tr::THREADS, Tr::k2_min_blocks(EXTRAS))
         for (int v = threadIdx.x; v < BM * HDK / VEC; v += Tr::THREADS) {
           const int r = v / (HDK / VEC), c = (v % (HDK / VEC)) * VEC, row = q0 + r;
           const bool ok = row < L && c < HD;
-          cp_async16(qd + r * LDH + c, ok ? base + int64_t(row) * ld + h * HD + c : base, ok);
+          if (MASK_MMA && mask_mma && c == HD) {
+            st_shared_16(smem_u32(qd + r * LDH + c), make_uint4(kOneBf16, 0u, 0u, 0u));
+          } else {
+            cp_async16(qd + r * LDH + c, ok ? base + int64_t(row) * ld + h * HD + c : base, ok);
+          }
         }
       }
       T* ks = kv + (buf * CG + c2) * 2 * BN * LDH;
@@ -126,7 +143,12 @@ __global__ void __launch_bounds__(Tr::THREADS, Tr::k2_min_blocks(EXTRAS))
         const int r = v / (HDK / VEC), c = (v % (HDK / VEC)) * VEC, row = kt * BN + r;
         const bool ok = row < L && c < HD;
         const T* src = ok ? base + int64_t(row) * ld + D + h * HD + c : base;
-        cp_async16(ks + r * LDH + c, src, ok);
+        if (MASK_MMA && mask_mma && c == HD) {
+          const bool absent = row < L && (mask_bits[row >> 4] >> (row & 15) & 1);
+          st_shared_16(smem_u32(ks + r * LDH + c), make_uint4(absent ? kMaskedRawBf16 : 0u, 0u, 0u, 0u));
+        } else {
+          cp_async16(ks + r * LDH + c, src, ok);
+        }
         cp_async16(ks + BN * LDH + r * LDH + c, ok ? src + D : base, ok);
       }
     }
@@ -136,10 +158,10 @@ __global__ void __launch_bounds__(Tr::THREADS, Tr::k2_min_blocks(EXTRAS))
   const int rw = q0 + rg * 16;
   const bool active = rw < L;
   const int lo[2] = {0, 0}, hi[2] = {L, L};
-  const bool terms = EXTRAS && (p.mask != nullptr || p.bias != nullptr), gated = EXTRAS && p.gated;
+  const bool terms = EXTRAS && ((p.mask != nullptr && !mask_mma) || p.bias != nullptr), gated = EXTRAS && p.gated;
   const int qa = min(rw + ((threadIdx.x & 31) >> 2), L - 1), qb = min(qa + 8, L - 1);  // this thread's queries
   const SeqTerms<T> seq = EXTRAS ? SeqTerms<T>(p, s) : SeqTerms<T>();
-  const uint16_t* key_bits = EXTRAS && p.key_bits ? p.key_bits + s * (p.kp / 16) : nullptr;  // the mask
+  const uint16_t* key_bits = EXTRAS && p.key_bits && !mask_mma ? p.key_bits + s * (p.kp / 16) : nullptr;  // the mask
   const int iters = HG * nkt;
   AttnState<Tr> st;
   load(0);
