@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
-# A/B of two builds in one device call: each built in its own copy of the tree with its own nvcc
-# flags, both timed twice in alternation (kernel µs per pass from scripts/dev/feature_times.py, per
-# protein block from scripts/dev/protein_times.py), then B's tests.
+# A/B (/C) of two or three builds in one device call: each built in its own copy of the tree with
+# its own nvcc flags, all timed twice in alternation (kernel µs per pass from
+# scripts/dev/feature_times.py, per protein block from scripts/dev/protein_times.py), then the last
+# build's tests.
 # Usage (device tool, repo root; carry .whl/deps.tar.zst and .whl/zstandard.whl for the protein blocks):
-#   AB_SPECS=64x8:bf16,384x16:bf16 AB_FLAGS_B=-DAXIAL_FUSED_MMA_MASK=1 bash scripts/dev/ab.sh
-# AB_FLAGS_A / AB_FLAGS_B: AXIAL_FUSED_NVCC_FLAGS of each build (default none); AB_SHAPES: feature_times
+#   AB_SPECS=64x8:bf16,384x16:bf16 AB_FLAGS_B=-DAXIAL_FUSED_K2_LOADS=1 \
+#     AB_FLAGS_C="-DAXIAL_FUSED_K2_LOADS=1 -DAXIAL_FUSED_MMA_MASK=1" bash scripts/dev/ab.sh
+# AB_FLAGS_A / _B / _C: AXIAL_FUSED_NVCC_FLAGS of each build (A and B always built, with none by
+# default; C only when AB_FLAGS_C is set); AB_SHAPES: feature_times
 # shapes, space-separated (default 1,1024,256,64,8); AB_SETS: its feature sets (default
 # plain,mask,bias,mask+bias+gate); AB_BLOCKS: protein blocks (default extra_msa; "" for none);
-# AB_TESTS: pytest arguments for B (default tests/test_features.py; "" for none), within AB_TEST_S
-# seconds (default 150).
+# AB_TESTS: pytest arguments for the last build (default tests/test_features.py; "" for none), within
+# AB_TEST_S seconds (default 150).
 set -uo pipefail
-export MAX_JOBS=8 AXIAL_FUSED_ARCHS=90a PYTHONUNBUFFERED=1 AXIAL_FUSED_SPECS=${AB_SPECS:?AB_SPECS, e.g. 64x8:bf16}
+variants=(A B); [[ -n ${AB_FLAGS_C:-} ]] && variants+=(C)
+export MAX_JOBS=$(( 16 / ${#variants[@]} )) AXIAL_FUSED_ARCHS=90a PYTHONUNBUFFERED=1 AXIAL_FUSED_SPECS=${AB_SPECS:?AB_SPECS, e.g. 64x8:bf16}
 export CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")}
 deps=$(bash scripts/unpack_deps.sh)
-for v in A B; do
+for v in "${variants[@]}"; do
   rm -rf "/tmp/ab$v" && mkdir "/tmp/ab$v" && cp -r src include kernels csrc setup.py pyproject.toml scripts tests "/tmp/ab$v/"
   flags=AB_FLAGS_$v
   (cd "/tmp/ab$v" && AXIAL_FUSED_NVCC_FLAGS=${!flags:-} python3 setup.py build_ext --inplace > build.log 2>&1
@@ -21,7 +25,7 @@ for v in A B; do
 done
 wait
 for round in 1 2; do
-  for v in A B; do
+  for v in "${variants[@]}"; do
     echo "=== $v, round $round"
     cd "/tmp/ab$v" || exit 1
     for b in ${AB_BLOCKS-extra_msa}; do
@@ -34,6 +38,6 @@ for round in 1 2; do
   done
 done
 if [[ -n ${AB_TESTS-tests/test_features.py} ]]; then
-  cd /tmp/abB && PYTHONPATH=src:$deps timeout "${AB_TEST_S:-150}" python3 -m pytest -q -p no:cacheprovider \
+  cd "/tmp/ab${variants[-1]}" && PYTHONPATH=src:$deps timeout "${AB_TEST_S:-150}" python3 -m pytest -q -p no:cacheprovider \
     ${AB_TESTS-tests/test_features.py} 2>&1 | tail -5
 fi

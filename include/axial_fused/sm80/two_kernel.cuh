@@ -10,9 +10,17 @@
 #include "axial_fused/sm80/block_ops.cuh"
 #include "axial_fused/sm90/wg_gemm.cuh"
 
-#ifndef AXIAL_FUSED_MMA_MASK  // (attn_out_kernel's mask on the tensor cores: 1, measured against 0)
+// Experiments of attn_out_kernel, measured against the default (0) on the H200:
+// AXIAL_FUSED_K2_LOADS=1: the head tiles' padding columns written once, each tile's copies without
+// divisions or padding chunks; AXIAL_FUSED_MMA_MASK=1 (with it): the bfloat16 key mask on the tensor
+// cores, in the padding columns.
+#ifndef AXIAL_FUSED_K2_LOADS
+#define AXIAL_FUSED_K2_LOADS 0
+#endif
+#ifndef AXIAL_FUSED_MMA_MASK
 #define AXIAL_FUSED_MMA_MASK 0
 #endif
+static_assert(!AXIAL_FUSED_MMA_MASK || AXIAL_FUSED_K2_LOADS, "the mask on the tensor cores needs AXIAL_FUSED_K2_LOADS");
 
 namespace axial_fused {
 
@@ -111,15 +119,137 @@ __global__ void __launch_bounds__(Tr::THREADS, Tr::k2_min_blocks(EXTRAS))
     return q0 + r < L;
   });
 
+#if AXIAL_FUSED_K2_LOADS
   // The mask on the tensor cores (MASK_MMA: bfloat16 with padded head tiles): column HD of a head's
-  // q tile holds 1.0 and of its k tile kMaskedRaw for an absent key (0 for a present one), so that
+  // q rows holds 1.0 and of its k rows kMaskedRaw for an absent key (0 for a present one), so that
   // S's product adds kMaskedRaw to an absent key's raw score, which is then kMaskedRaw exactly
   // (|q.k| < 2^76), as in the Hopper attention kernel (kTermMaskMma): no instruction per score.
   constexpr bool MASK_MMA = AXIAL_FUSED_MMA_MASK && EXTRAS && Tr::PADDED && std::is_same<T, __nv_bfloat16>::value;
   const uint16_t* mask_bits = MASK_MMA && p.key_bits ? p.key_bits + s * (p.kp / 16) : nullptr;
   const bool mask_mma = mask_bits != nullptr;
-  constexpr uint32_t kOneBf16 = 0x3F80u, kMaskedRawBf16 = 0xF180u;  // 1.0 and kMaskedRaw = -2^100
 
+  const int rw = q0 + rg * 16;
+  const bool active = rw < L;
+  const int lo[2] = {0, 0}, hi[2] = {L, L};
+  const bool terms = EXTRAS && ((p.mask != nullptr && !mask_mma) || p.bias != nullptr), gated = EXTRAS && p.gated;
+  const int qa = min(rw + ((threadIdx.x & 31) >> 2), L - 1), qb = min(qa + 8, L - 1);  // this thread's queries
+  const SeqTerms<T> seq = EXTRAS ? SeqTerms<T>(p, s) : SeqTerms<T>();
+  const uint16_t* key_bits = EXTRAS && p.key_bits && !mask_mma ? p.key_bits + s * (p.kp / 16) : nullptr;  // the mask
+  AttnState<Tr> st;
+  // Head group hg's key tile kt, in stage buf: this warp's queries against it for head hg CG + cg;
+  // after the last tile the head's output (times sigmoid(g), the gate's factor in the query's
+  // scratch row) into the output tile.
+  const auto step = [&](int hg, int kt, int buf) {
+    const int h = hg * CG + cg;
+    if (!active || h >= Tr::HEADS) return;
+    if (kt == 0) st.init();
+    const T* ks = kv + (buf * CG + cg) * 2 * BN * LDH;
+    const T* qt = qs + ((hg & 1) * CG + cg) * BM * LDH + rg * 16 * LDH;
+    if (terms) {
+      const TileTerms<T> tt{p, {seq.row(p, h, qa), seq.row(p, h, qb)}, TileTerms<T>::template load_bits<BN>(key_bits, kt * BN),
+                            kt * BN, L};
+      attend_tile<Tr>(st, qt, LDH, ks, ks + BN * LDH, LDH, kt * BN, lo, hi, p.scale_log2, ps + warp * 16 * Tr::LDP, tt);
+    } else {
+      attend_tile<Tr>(st, qt, LDH, ks, ks + BN * LDH, LDH, kt * BN, lo, hi, p.scale_log2, ps + warp * 16 * Tr::LDP);
+    }
+    if (kt == nkt - 1) {
+      auto put = [&](int r, int c, float a, float b) {
+        if (gated) {
+          const int q = min(rw + r, L - 1);
+          const float2 gv = load2(base + int64_t(q) * ld + 3 * D + h * HD + c);
+          a *= gv.x;
+          b *= gv.y;
+        }
+        if constexpr (SM90) {
+          store2(xs + sw128_index<BM>(rg * 16 + r, h * HD + c), a, b);
+        } else {
+          store2(xs + (rg * 16 + r) * Tr::LDX + h * HD + c, a, b);
+        }
+      };
+      st.store_to(put);
+    }
+  };
+
+  // Head tiles: CH real 16-byte chunks a row, CHK with the padding (head_dim rounded up to 16).
+  constexpr int CH = HD / VEC, CHK = HDK / VEC;
+  static_assert(Tr::HEADS % CG == 0, "whole head groups");
+  constexpr uint32_t kOneBf16 = 0x3F80u, kMaskedRawBf16 = 0xF180u;  // 1.0 and kMaskedRaw = -2^100
+  // f(v) for v < N, v = threadIdx.x + i THREADS: a fixed number of steps, each predicated.
+  const auto slots = [](auto n, auto&& f) {
+    constexpr int N = decltype(n)::value;
+#pragma unroll
+    for (int i = 0; i < (N + Tr::THREADS - 1) / Tr::THREADS; ++i) {
+      const int v = threadIdx.x + i * Tr::THREADS;
+      if (N % Tr::THREADS == 0 || v < N) f(v);
+    }
+  };
+  // The padding columns of every q, k and v row of both stages, never copied over: zero (q's column
+  // HD 1.0 with MASK_MMA, and k's column HD left to put_mask, a tile at a time), written once; the
+  // block barrier before the first tile publishes them.
+  if constexpr (CHK > CH) {
+    constexpr int QROWS = 2 * CG * BM, ROWS = QROWS + 2 * CG * 2 * BN;
+    slots(std::integral_constant<int, ROWS * (CHK - CH)>{}, [&](int v) {
+      const int row = v / (CHK - CH), c = HD + v % (CHK - CH) * VEC;
+      const bool q = row < QROWS, k = !q && ((row - QROWS) / BN) % 2 == 0;  // (stage rows: k tile, v tile)
+      if (MASK_MMA && mask_mma && k && c == HD) return;
+      T* dst = q ? qs + row * LDH + c : kv + (row - QROWS) * LDH + c;
+      st_shared_16(smem_u32(dst), make_uint4(MASK_MMA && mask_mma && q && c == HD ? kOneBf16 : 0u, 0u, 0u, 0u));
+    });
+  }
+  // Head group hg's key tile kt into stage buf (with the group's queries when kt = 0).
+  auto load = [&](int hg, int kt, int buf) {
+    if (kt == 0) {
+      slots(std::integral_constant<int, CG * BM * CH>{}, [&](int v) {
+        const int c2 = v / (BM * CH), r = v / CH % BM, c = v % CH * VEC, row = q0 + r;
+        const bool ok = row < L;
+        cp_async16(qs + (((hg & 1) * CG + c2) * BM + r) * LDH + c,
+                   ok ? base + int64_t(row) * ld + (hg * CG + c2) * HD + c : base, ok);
+      });
+    }
+    slots(std::integral_constant<int, CG * BN * CH>{}, [&](int v) {
+      const int c2 = v / (BN * CH), r = v / CH % BN, c = v % CH * VEC, row = kt * BN + r;
+      const bool ok = row < L;
+      T* ks = kv + ((buf * CG + c2) * 2 * BN + r) * LDH + c;
+      const T* src = ok ? base + int64_t(row) * ld + D + (hg * CG + c2) * HD + c : base;
+      cp_async16(ks, src, ok);
+      cp_async16(ks + BN * LDH, ok ? src + D : base, ok);
+    });
+    cp_async_commit();
+  };
+  // MASK_MMA: a tile's absent bits, loaded before the step ahead of it and written into k's column HD
+  // of its stage after that step (the load's latency behind the step's attention).
+  const auto tile_bits = [&](int kt) -> uint64_t {
+    return mask_mma ? __ldg(reinterpret_cast<const unsigned long long*>(mask_bits) + kt * BN / 64) : 0;
+  };
+  const auto put_mask = [&](uint64_t bits, int buf) {
+    static_assert(!MASK_MMA || BN == 64, "a tile's bits in one word");
+    slots(std::integral_constant<int, CG * BN>{}, [&](int v) {
+      const int c2 = v / BN, r = v % BN;
+      st_shared_16(smem_u32(kv + ((buf * CG + c2) * 2 * BN + r) * LDH + HD),
+                   make_uint4(bits >> r & 1 ? kMaskedRawBf16 : 0u, 0u, 0u, 0u));
+    });
+  };
+  load(0, 0, 0);
+  if (MASK_MMA && mask_mma) put_mask(tile_bits(0), 0);
+  // (hg, kt): this step's head group and key tile, (ng, nk) the next one's; stage it & 1.
+  for (int it = 0, hg = 0, kt = 0; hg < HG; ++it) {
+    const int ng = kt + 1 == nkt ? hg + 1 : hg, nk = kt + 1 == nkt ? 0 : kt + 1;
+    uint64_t next_bits = 0;
+    if (ng < HG) {
+      load(ng, nk, (it + 1) & 1);
+      if (MASK_MMA) next_bits = tile_bits(nk);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    step(hg, kt, it & 1);
+    if (MASK_MMA && mask_mma && ng < HG) put_mask(next_bits, (it + 1) & 1);
+    __syncthreads();
+    hg = ng;
+    kt = nk;
+  }
+#else
   auto load = [&](int it) {
     const int hg = it / nkt, kt = it % nkt, buf = it & 1;
     for (int c2 = 0; c2 < CG; ++c2) {
@@ -131,11 +261,7 @@ __global__ void __launch_bounds__(Tr::THREADS, Tr::k2_min_blocks(EXTRAS))
         for (int v = threadIdx.x; v < BM * HDK / VEC; v += Tr::THREADS) {
           const int r = v / (HDK / VEC), c = (v % (HDK / VEC)) * VEC, row = q0 + r;
           const bool ok = row < L && c < HD;
-          if (MASK_MMA && mask_mma && c == HD) {
-            st_shared_16(smem_u32(qd + r * LDH + c), make_uint4(kOneBf16, 0u, 0u, 0u));
-          } else {
-            cp_async16(qd + r * LDH + c, ok ? base + int64_t(row) * ld + h * HD + c : base, ok);
-          }
+          cp_async16(qd + r * LDH + c, ok ? base + int64_t(row) * ld + h * HD + c : base, ok);
         }
       }
       T* ks = kv + (buf * CG + c2) * 2 * BN * LDH;
@@ -143,12 +269,7 @@ __global__ void __launch_bounds__(Tr::THREADS, Tr::k2_min_blocks(EXTRAS))
         const int r = v / (HDK / VEC), c = (v % (HDK / VEC)) * VEC, row = kt * BN + r;
         const bool ok = row < L && c < HD;
         const T* src = ok ? base + int64_t(row) * ld + D + h * HD + c : base;
-        if (MASK_MMA && mask_mma && c == HD) {
-          const bool absent = row < L && (mask_bits[row >> 4] >> (row & 15) & 1);
-          st_shared_16(smem_u32(ks + r * LDH + c), make_uint4(absent ? kMaskedRawBf16 : 0u, 0u, 0u, 0u));
-        } else {
-          cp_async16(ks + r * LDH + c, src, ok);
-        }
+        cp_async16(ks + r * LDH + c, src, ok);
         cp_async16(ks + BN * LDH + r * LDH + c, ok ? src + D : base, ok);
       }
     }
@@ -158,10 +279,10 @@ __global__ void __launch_bounds__(Tr::THREADS, Tr::k2_min_blocks(EXTRAS))
   const int rw = q0 + rg * 16;
   const bool active = rw < L;
   const int lo[2] = {0, 0}, hi[2] = {L, L};
-  const bool terms = EXTRAS && ((p.mask != nullptr && !mask_mma) || p.bias != nullptr), gated = EXTRAS && p.gated;
+  const bool terms = EXTRAS && (p.mask != nullptr || p.bias != nullptr), gated = EXTRAS && p.gated;
   const int qa = min(rw + ((threadIdx.x & 31) >> 2), L - 1), qb = min(qa + 8, L - 1);  // this thread's queries
   const SeqTerms<T> seq = EXTRAS ? SeqTerms<T>(p, s) : SeqTerms<T>();
-  const uint16_t* key_bits = EXTRAS && p.key_bits && !mask_mma ? p.key_bits + s * (p.kp / 16) : nullptr;  // the mask
+  const uint16_t* key_bits = EXTRAS && p.key_bits ? p.key_bits + s * (p.kp / 16) : nullptr;  // the mask
   const int iters = HG * nkt;
   AttnState<Tr> st;
   load(0);
@@ -205,6 +326,7 @@ __global__ void __launch_bounds__(Tr::THREADS, Tr::k2_min_blocks(EXTRAS))
     }
     __syncthreads();
   }
+#endif
   if constexpr (SM90) {
     wg_gemm<T, 1, Lay::OWGN, Lay::OBNW, D, D, Lay::OS>(xs, static_cast<const T*>(p.w_out), kv,
                                                        OutEpilogue<T, EXTRAS>(p, xo, oo));
