@@ -171,17 +171,11 @@ def test_two_kernel_attention_terms_branch_per_tile(tmp_path):
     # columns and its biases loaded together, the bias dtype and the aligned / bounded load form chosen
     # once a tile, so the variants with the terms (EXTRAS) branch about as often in their key-tile loop
     # as the plain ones (a branch and a dependent load per score gave 126 branches against 25).
-    cubin = tmp_path / "k.cubin"
-    _compile(cubin, ROOT / "kernels" / "axial_bf16_d64_h8.cu", [])
-    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "dev" / "sass_loops.py"), str(cubin), "attn_out_kernel"],
-                         capture_output=True, text=True)
-    if out.returncode != 0 and "no nvdisasm" in out.stderr + out.stdout:
-        pytest.skip("no nvdisasm here")
-    assert out.returncode == 0, out.stderr
+    out = _sass_loops(tmp_path, [], kernel="attn_out_kernel", source=ROOT / "kernels" / "axial_bf16_d64_h8.cu")
     loops = re.findall(r"attn_out_kernel\w*?ELb(\d)ELb(\d)EE\w*: \d+ instructions\n\s*loop \S+: \d+ instructions, "
                        r"\d+ tensor-core products, \d+ cp.async, \d+ named/block barriers, \d+ mbarrier ops, (\d+) branches",
-                       out.stdout)
+                       out)
     plain = [int(n) for _, extras, n in loops if extras == "0"]
     terms = [int(n) for _, extras, n in loops if extras == "1"]
-    assert len(plain) == 2 and len(terms) == 2, out.stdout
+    assert len(plain) == 2 and len(terms) == 2, out
     assert max(terms) <= 2 * max(plain), (plain, terms)
