@@ -7,9 +7,9 @@
 #   AB_SPECS=64x8:bf16,384x16:bf16 AB_FLAGS_B=-DAXIAL_FUSED_K2_LOADS=1 \
 #     AB_FLAGS_C="-DAXIAL_FUSED_K2_LOADS=1 -DAXIAL_FUSED_MMA_MASK=1" bash scripts/dev/ab.sh
 # AB_FLAGS_A / _B / _C: AXIAL_FUSED_NVCC_FLAGS of each build (A and B always built, with none by
-# default; C only when AB_FLAGS_C is set); AB_SHAPES: feature_times
-# shapes, space-separated (default 1,1024,256,64,8); AB_SETS: its feature sets (default
-# plain,mask,bias,mask+bias+gate); AB_BLOCKS: protein blocks (default extra_msa; "" for none);
+# default; C only when AB_FLAGS_C is set); AB_SHAPES: feature_times shapes, space-separated (default
+# 1,1024,256,64,8); AB_SETS: its feature sets (default plain,mask,bias,mask+bias+gate); AB_BLOCKS:
+# protein blocks (default extra_msa; "" for none);
 # AB_TESTS: pytest arguments for the last build (default tests/test_features.py; "" for none), within
 # AB_TEST_S seconds (default 150).
 set -uo pipefail
