@@ -7,7 +7,7 @@
 # then the test suite until the deadline (pytest.log; or the pytest arguments given: the whole GPU
 # suite, about 1800 tests, takes more than one call, so split it by file) with memcheck and
 # synccheck running beside it, and
-# racecheck on the (dim, heads) of RACECHECK_DIMS (default 64x4,192x6,256x8) (their logs in
+# racecheck on the (dim, heads) of RACECHECK_DIMS (default 64x4,64x8,192x6,256x8) (their logs in
 # /tmp/sanitize and /tmp/sanitize-race, their summary lines in sanitize.txt), and the 40 slowest tests
 # that ran (test_times.txt): seven files, within the device tool's eight.
 set -uo pipefail
@@ -48,7 +48,7 @@ if [[ $what == validate ]]; then
   # never finished in the time before), beside memcheck and synccheck on all of it.
   (OUT=/tmp/sanitize SANITIZE_DEADLINE=$deadline bash scripts/sanitize.sh memcheck synccheck \
     > "$OUT/sanitize.txt" 2>&1) &
-  (OUT=/tmp/sanitize-race SANITIZE_DEADLINE=$deadline SANITIZE_DIMS=${RACECHECK_DIMS:-64x4,192x6,256x8} \
+  (OUT=/tmp/sanitize-race SANITIZE_DEADLINE=$deadline SANITIZE_DIMS=${RACECHECK_DIMS:-64x4,64x8,192x6,256x8} \
     bash scripts/sanitize.sh racecheck > /tmp/sanitize-racecheck.txt 2>&1) &
   left=$(( deadline - $(date +%s) )); (( left > 30 )) || left=30  # (timeout 0 would mean no limit)
   AXIAL_FUSED_TEST_TIMES=/tmp/test_times.txt timeout "$left" python3 -m pytest -q -p no:cacheprovider "${@:-tests}" \

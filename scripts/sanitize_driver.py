@@ -18,7 +18,7 @@ import torch
 import axial_fused as af
 from axial_fused import _ext
 
-# (dim, heads) -> (B, H, W) shapes, one (dim, heads) per compiled head_dim (16, 32, 64). dim 64: length 1
+# (dim, heads) -> (B, H, W) shapes, one (dim, heads) per compiled head_dim (8, 16, 24, 32, 64). dim 64: length 1
 # on both axes; 1024 (two-kernel) x 1 (1024 sequences of length 1, packed); 33 x 7 (not multiples of
 # the 64-token tile; on the automatic, forced fused and forced two-kernel paths). dim 192: lengths 65
 # and 33 (the Hopper fused kernel's automatic range, 16-bit, on sm_90a) and 300 sequences of length 9
@@ -27,9 +27,12 @@ from axial_fused import _ext
 # sm_90a) over several key tiles with a partial last one, at head_dim 32 and 64. Smaller builds run
 # what they have.
 # (256, 8): the head_dim-32 attention kernel at two blocks per SM (D % 128 == 0); (768, 12) forced onto
-# the two-kernel path: the clustered LN+QKV kernel (D >= 512).
+# the two-kernel path: the clustered LN+QKV kernel (D >= 512). (64, 8) and (384, 16): head_dim 8 and 24,
+# the mma.sync attention with padded head tiles over several key tiles (in bfloat16 with a mask alone,
+# the mask on the tensor cores).
 PLAN = {(64, 4): [(1, 1, 1), (1, 1024, 1), (2, 33, 7)], (192, 6): [(1, 33, 65), (3, 100, 9), (1, 2, 300)],
-        (256, 8): [(1, 3, 300)], (768, 12): [(1, 5, 70), (1, 3, 150)]}
+        (256, 8): [(1, 3, 300)], (768, 12): [(1, 5, 70), (1, 3, 150)], (64, 8): [(1, 3, 300)],
+        (384, 16): [(1, 2, 150)]}
 FORCED_PATHS = {(64, 4, (2, 33, 7)): (-1, 0, 1), (192, 6, (3, 100, 9)): (-1, 2), (768, 12, (1, 3, 150)): (-1, 1)}
 FEATURES = os.environ.get("SANITIZE_FEATURES", "1") != "0"  # the calls with the optional features too
 HOPPER_FUSED = 2  # 16-bit only, and only where the binary has sm_90a code for a 9.0 GPU
@@ -87,8 +90,13 @@ def main() -> int:
                             # them (the Hopper fused kernel has no gate).
                             with_features = FEATURES and dtype != torch.float32 and path != HOPPER_FUSED
                             if with_features:
-                                out_f = af.axial_attention(x, wf, strict=True, **features(x, heads, dtype)).cpu()
+                                terms = features(x, heads, dtype)
+                                out_f = af.axial_attention(x, wf, strict=True, **terms).cpu()
                                 calls += 1
+                                if dtype == torch.bfloat16:  # a mask alone: the tensor cores' mask
+                                    out_f = torch.cat([out_f, af.axial_attention(x, wf, strict=True,
+                                                                                 mask=terms["mask"]).cpu()])
+                                    calls += 1
                         # Checked on a host copy: a GPU-side isfinite().all() is a PyTorch kernel that
                         # initcheck does not see (the filter), so reading its result back looked like an
                         # uninitialised cudaMemcpy source (one report per call). Copying

@@ -5,7 +5,8 @@ attention kernels' outputs are stored with STG.E.128 only; K1's cluster form loa
 multicast tensor-map copies; at D = 768 K1 takes part of A from registers; the tensor-map output
 projection and the split pass's GEMM load by the copy engine alone; the attention kernel's requests
 have no division by the run-time tile count; the mma.sync attention at head_dim 8 holds its registers
-to three blocks an SM and adds its mask and bias a tile at a time, not with a branch per score."""
+to three blocks an SM, adds its mask and bias a tile at a time, not with a branch per score, and
+applies a mask without a bias on the tensor cores."""
 from __future__ import annotations
 
 import os
@@ -161,11 +162,23 @@ def test_attention_requests_without_division(tmp_path):
 
 def test_small_head_attention_fits_three_blocks_an_sm(tmp_path):
     # attn_out_kernel at head_dim 16 or less (Traits::k2_min_blocks; extra_msa's head_dim 8): every
-    # variant at D = 64 asks for three blocks of 256 threads an SM, so ptxas holds it to 85 registers.
+    # variant at D = 64 (plain, EXTRAS and the tensor-core mask, each for sm_90a's two forms) asks for
+    # three blocks of 256 threads an SM, so ptxas holds it to 85 registers.
     out = _compile(tmp_path / "k.cubin", ROOT / "kernels" / "axial_bf16_d64_h8.cu", ["-Xptxas=-v"])
     regs = [int(n) for name, n in re.findall(r"Compiling entry function '(\w+)'.*?Used (\d+) registers",
                                              out.stdout + out.stderr, re.S) if "attn_out_kernel" in name]
-    assert len(regs) == 4 and max(regs) <= 65536 // (3 * 256), regs
+    assert len(regs) == 6 and max(regs) <= 65536 // (3 * 256), regs
+
+
+def _attn_out_loops(tmp_path: Path) -> dict[tuple[str, str], list[int]]:
+    """attn_out_kernel's key-tile loop at (64, 8) bfloat16 per (EXTRAS, MASK_MMA): each sm_90a form's
+    loop line (instructions, products, cp.async, barriers, mbarrier ops, branches)."""
+    out = _sass_loops(tmp_path, [], kernel="attn_out_kernel", source=ROOT / "kernels" / "axial_bf16_d64_h8.cu")
+    loops: dict[tuple[str, str], list[int]] = {}
+    for g in re.findall(r"attn_out_kernel\w*?ELb\dELb(\d)ELb(\d)EE\w*: \d+ instructions\n\s*" + _LOOP, out):
+        loops.setdefault(g[:2], []).append([int(n) for n in g[2:]])
+    assert sorted(loops) == [("0", "0"), ("1", "0"), ("1", "1")] and all(len(v) == 2 for v in loops.values()), out
+    return loops
 
 
 def test_two_kernel_attention_terms_branch_per_tile(tmp_path):
@@ -173,9 +186,17 @@ def test_two_kernel_attention_terms_branch_per_tile(tmp_path):
     # columns and its biases loaded together, the bias dtype and the aligned / bounded load form chosen
     # once a tile, so the variants with the terms (EXTRAS) branch about as often in their key-tile loop
     # as the plain ones (a branch and a dependent load per score gave 126 branches against 25).
-    out = _sass_loops(tmp_path, [], kernel="attn_out_kernel", source=ROOT / "kernels" / "axial_bf16_d64_h8.cu")
-    loops = re.findall(r"attn_out_kernel\w*?ELb\dELb(\d)EE\w*: \d+ instructions\n\s*" + _LOOP, out)
-    plain = [int(g[-1]) for g in loops if g[0] == "0"]
-    terms = [int(g[-1]) for g in loops if g[0] == "1"]
-    assert len(plain) == 2 and len(terms) == 2, out
+    loops = _attn_out_loops(tmp_path)
+    plain = [loop[-1] for loop in loops["0", "0"]]
+    terms = [loop[-1] for loop in loops["1", "0"]]
     assert max(terms) <= 2 * max(plain), (plain, terms)
+
+
+def test_two_kernel_attention_mask_on_tensor_cores(tmp_path):
+    # attn_out_kernel's MASK_MMA variant (a mask without a bias, bfloat16, head_dim 8) puts the mask in
+    # the padded head column of q and k, so S's product applies it: its key-tile loop issues the plain
+    # loop's products and about its instructions (483 against 554 with the bits' stores; the terms'
+    # loop, which holds both attend_tile forms, about 1700).
+    loops = _attn_out_loops(tmp_path)
+    for plain, mma in zip(loops["0", "0"], loops["1", "1"]):
+        assert mma[1] == plain[1] and mma[0] <= 1.25 * plain[0], (plain, mma)

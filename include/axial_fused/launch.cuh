@@ -255,13 +255,22 @@ struct Spec {
     // stride only where it planned the Hopper attention kernel, so that a fallback from it (a tensor
     // map that does not encode) fails here rather than read the bias wrongly.
     if (EXTRAS && p.bias && p.bias_stride_k != 1) return cudaErrorNotSupported;
+    // A mask without a bias goes through the tensor cores where the head tiles are padded in
+    // bfloat16 (attn_out_kernel's MASK_MMA).
+    if constexpr (EXTRAS && Tr::PADDED && std::is_same<T, __nv_bfloat16>::value) {
+      if (p.key_bits && !p.bias) return launch_attn_out<Tr, true, true>(p, stream);
+    }
+    return launch_attn_out<Tr, EXTRAS, false>(p, stream);
+  }
+  template <class Tr, bool EXTRAS, bool MASK_MMA>
+  static cudaError_t launch_attn_out(const PassParams& p, cudaStream_t stream) {
     const int64_t blocks = p.num_seq * ((p.len + Tr::BM - 1) / Tr::BM);
     if constexpr (Tr::M == Mma::Tc16) {
       if (p.arch == 90)
-        return launch_with_smem<attn_out_kernel<Tr, true, EXTRAS>>(blocks, Tr::THREADS, AttnOutLayout<Tr, true>::BYTES,
-                                                                   stream, p);
+        return launch_with_smem<attn_out_kernel<Tr, true, EXTRAS, MASK_MMA>>(blocks, Tr::THREADS,
+                                                                             AttnOutLayout<Tr, true>::BYTES, stream, p);
     }
-    return launch_with_smem<attn_out_kernel<Tr, false, EXTRAS>>(blocks, Tr::THREADS, Tr::K2_BYTES, stream, p);
+    return launch_with_smem<attn_out_kernel<Tr, false, EXTRAS, MASK_MMA>>(blocks, Tr::THREADS, Tr::K2_BYTES, stream, p);
   }
 
   template <class Tr, bool EXTRAS>

@@ -4,8 +4,8 @@
 # scripts/dev/feature_times.py, per protein block from scripts/dev/protein_times.py), then the last
 # build's tests.
 # Usage (device tool, repo root; carry .whl/deps.tar.zst and .whl/zstandard.whl for the protein blocks):
-#   AB_SPECS=64x8:bf16,384x16:bf16 AB_FLAGS_B=-DAXIAL_FUSED_K2_LOADS=1 \
-#     AB_FLAGS_C="-DAXIAL_FUSED_K2_LOADS=1 -DAXIAL_FUSED_MMA_MASK=1" bash scripts/dev/ab.sh
+#   AB_SPECS=64x8:bf16,384x16:bf16 AB_FLAGS_B=-DAXIAL_FUSED_<NEW_FORM>=1 bash scripts/dev/ab.sh
+# (the new form behind a default-off macro while it is measured; the loser deleted after)
 # AB_FLAGS_A / _B / _C: AXIAL_FUSED_NVCC_FLAGS of each build (A and B always built, with none by
 # default; C only when AB_FLAGS_C is set); AB_SHAPES: feature_times shapes, space-separated (default
 # 1,1024,256,64,8); AB_SETS: its feature sets (default plain,mask,bias,mask+bias+gate); AB_BLOCKS:
@@ -13,6 +13,7 @@
 # AB_TESTS: pytest arguments for the last build (default tests/test_features.py; "" for none), within
 # AB_TEST_S seconds (default 150).
 set -uo pipefail
+[[ -n ${OUT:-} ]] && exec > >(tee "$OUT/ab.txt") 2>&1  # (the whole report comes back, beside the call's tail)
 variants=(A B); [[ -n ${AB_FLAGS_C:-} ]] && variants+=(C)
 export MAX_JOBS=$(( 16 / ${#variants[@]} )) AXIAL_FUSED_ARCHS=90a PYTHONUNBUFFERED=1 AXIAL_FUSED_SPECS=${AB_SPECS:?AB_SPECS, e.g. 64x8:bf16}
 export CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")}

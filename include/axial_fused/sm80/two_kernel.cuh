@@ -10,18 +10,6 @@
 #include "axial_fused/sm80/block_ops.cuh"
 #include "axial_fused/sm90/wg_gemm.cuh"
 
-// Experiments of attn_out_kernel, measured against the default (0) on the H200:
-// AXIAL_FUSED_K2_LOADS=1: the head tiles' padding columns written once, each tile's copies without
-// divisions or padding chunks; AXIAL_FUSED_MMA_MASK=1 (with it): the bfloat16 key mask on the tensor
-// cores, in the padding columns.
-#ifndef AXIAL_FUSED_K2_LOADS
-#define AXIAL_FUSED_K2_LOADS 0
-#endif
-#ifndef AXIAL_FUSED_MMA_MASK
-#define AXIAL_FUSED_MMA_MASK 0
-#endif
-static_assert(!AXIAL_FUSED_MMA_MASK || AXIAL_FUSED_K2_LOADS, "the mask on the tensor cores needs AXIAL_FUSED_K2_LOADS");
-
 namespace axial_fused {
 
 // EXTRAS (has_extras): the q/k/v bias and the gate's block (nq = 4D); the plain variant compiles without them.
@@ -80,10 +68,13 @@ struct AttnOutLayout {
                 "Hopper attn_out layout");
 };
 
-// EXTRAS: the mask, the bias, the gate and the optional residual (has_extras).
-template <class Tr, bool SM90, bool EXTRAS = false>
+// EXTRAS: the mask, the bias, the gate and the optional residual (has_extras). MASK_MMA (EXTRAS,
+// bfloat16 with padded head tiles; a mask and no bias): the mask on the tensor cores (below).
+template <class Tr, bool SM90, bool EXTRAS = false, bool MASK_MMA = false>
 __global__ void __launch_bounds__(Tr::THREADS, Tr::k2_min_blocks(EXTRAS))
     attn_out_kernel(const __grid_constant__ PassParams p) {
+  static_assert(!MASK_MMA || (EXTRAS && Tr::PADDED && std::is_same<typename Tr::T, __nv_bfloat16>::value),
+                "the mask on the tensor cores: bfloat16 with padded head tiles");
   pdl_entry();
 #if !AXIAL_FUSED_SM90
   if constexpr (SM90) {
@@ -119,22 +110,19 @@ __global__ void __launch_bounds__(Tr::THREADS, Tr::k2_min_blocks(EXTRAS))
     return q0 + r < L;
   });
 
-#if AXIAL_FUSED_K2_LOADS
-  // The mask on the tensor cores (MASK_MMA: bfloat16 with padded head tiles): column HD of a head's
-  // q rows holds 1.0 and of its k rows kMaskedRaw for an absent key (0 for a present one), so that
-  // S's product adds kMaskedRaw to an absent key's raw score, which is then kMaskedRaw exactly
-  // (|q.k| < 2^76), as in the Hopper attention kernel (kTermMaskMma): no instruction per score.
-  constexpr bool MASK_MMA = AXIAL_FUSED_MMA_MASK && EXTRAS && Tr::PADDED && std::is_same<T, __nv_bfloat16>::value;
-  const uint16_t* mask_bits = MASK_MMA && p.key_bits ? p.key_bits + s * (p.kp / 16) : nullptr;
-  const bool mask_mma = mask_bits != nullptr;
+  // The mask on the tensor cores (MASK_MMA): column HD of a head's q rows holds 1.0 and of its k rows
+  // kMaskedRaw for an absent key (0 for a present one), so that S's product adds kMaskedRaw to an
+  // absent key's raw score, which is then kMaskedRaw exactly (|q.k| < 2^76), as in the Hopper
+  // attention kernel (kTermMaskMma): no instruction per score.
+  const uint16_t* mask_bits = MASK_MMA ? p.key_bits + s * (p.kp / 16) : nullptr;
 
   const int rw = q0 + rg * 16;
   const bool active = rw < L;
   const int lo[2] = {0, 0}, hi[2] = {L, L};
-  const bool terms = EXTRAS && ((p.mask != nullptr && !mask_mma) || p.bias != nullptr), gated = EXTRAS && p.gated;
+  const bool terms = EXTRAS && !MASK_MMA && (p.mask != nullptr || p.bias != nullptr), gated = EXTRAS && p.gated;
   const int qa = min(rw + ((threadIdx.x & 31) >> 2), L - 1), qb = min(qa + 8, L - 1);  // this thread's queries
   const SeqTerms<T> seq = EXTRAS ? SeqTerms<T>(p, s) : SeqTerms<T>();
-  const uint16_t* key_bits = EXTRAS && p.key_bits && !mask_mma ? p.key_bits + s * (p.kp / 16) : nullptr;  // the mask
+  const uint16_t* key_bits = EXTRAS && !MASK_MMA && p.key_bits ? p.key_bits + s * (p.kp / 16) : nullptr;  // the mask
   AttnState<Tr> st;
   // Head group hg's key tile kt, in stage buf: this warp's queries against it for head hg CG + cg;
   // after the last tile the head's output (times sigmoid(g), the gate's factor in the query's
@@ -191,9 +179,9 @@ __global__ void __launch_bounds__(Tr::THREADS, Tr::k2_min_blocks(EXTRAS))
     slots(std::integral_constant<int, ROWS * (CHK - CH)>{}, [&](int v) {
       const int row = v / (CHK - CH), c = HD + v % (CHK - CH) * VEC;
       const bool q = row < QROWS, k = !q && ((row - QROWS) / BN) % 2 == 0;  // (stage rows: k tile, v tile)
-      if (MASK_MMA && mask_mma && k && c == HD) return;
+      if (MASK_MMA && k && c == HD) return;
       T* dst = q ? qs + row * LDH + c : kv + (row - QROWS) * LDH + c;
-      st_shared_16(smem_u32(dst), make_uint4(MASK_MMA && mask_mma && q && c == HD ? kOneBf16 : 0u, 0u, 0u, 0u));
+      st_shared_16(smem_u32(dst), make_uint4(MASK_MMA && q && c == HD ? kOneBf16 : 0u, 0u, 0u, 0u));
     });
   }
   // Head group hg's key tile kt into stage buf (with the group's queries when kt = 0).
@@ -219,7 +207,7 @@ __global__ void __launch_bounds__(Tr::THREADS, Tr::k2_min_blocks(EXTRAS))
   // MASK_MMA: a tile's absent bits, loaded before the step ahead of it and written into k's column HD
   // of its stage after that step (the load's latency behind the step's attention).
   const auto tile_bits = [&](int kt) -> uint64_t {
-    return mask_mma ? __ldg(reinterpret_cast<const unsigned long long*>(mask_bits) + kt * BN / 64) : 0;
+    return MASK_MMA ? __ldg(reinterpret_cast<const unsigned long long*>(mask_bits) + kt * BN / 64) : 0;
   };
   const auto put_mask = [&](uint64_t bits, int buf) {
     static_assert(!MASK_MMA || BN == 64, "a tile's bits in one word");
@@ -230,7 +218,7 @@ __global__ void __launch_bounds__(Tr::THREADS, Tr::k2_min_blocks(EXTRAS))
     });
   };
   load(0, 0, 0);
-  if (MASK_MMA && mask_mma) put_mask(tile_bits(0), 0);
+  if (MASK_MMA) put_mask(tile_bits(0), 0);
   // (hg, kt): this step's head group and key tile, (ng, nk) the next one's; stage it & 1.
   for (int it = 0, hg = 0, kt = 0; hg < HG; ++it) {
     const int ng = kt + 1 == nkt ? hg + 1 : hg, nk = kt + 1 == nkt ? 0 : kt + 1;
@@ -244,89 +232,11 @@ __global__ void __launch_bounds__(Tr::THREADS, Tr::k2_min_blocks(EXTRAS))
     }
     __syncthreads();
     step(hg, kt, it & 1);
-    if (MASK_MMA && mask_mma && ng < HG) put_mask(next_bits, (it + 1) & 1);
+    if (MASK_MMA && ng < HG) put_mask(next_bits, (it + 1) & 1);
     __syncthreads();
     hg = ng;
     kt = nk;
   }
-#else
-  auto load = [&](int it) {
-    const int hg = it / nkt, kt = it % nkt, buf = it & 1;
-    for (int c2 = 0; c2 < CG; ++c2) {
-      const int h = hg * CG + c2;
-      if (h >= Tr::HEADS) break;
-      if (kt == 0) {
-        T* qd = qs + ((hg & 1) * CG + c2) * BM * LDH;
-        // (each row's HDK - HD padding columns zero-filled: the copies of c >= HD read nothing)
-        for (int v = threadIdx.x; v < BM * HDK / VEC; v += Tr::THREADS) {
-          const int r = v / (HDK / VEC), c = (v % (HDK / VEC)) * VEC, row = q0 + r;
-          const bool ok = row < L && c < HD;
-          cp_async16(qd + r * LDH + c, ok ? base + int64_t(row) * ld + h * HD + c : base, ok);
-        }
-      }
-      T* ks = kv + (buf * CG + c2) * 2 * BN * LDH;
-      for (int v = threadIdx.x; v < BN * HDK / VEC; v += Tr::THREADS) {
-        const int r = v / (HDK / VEC), c = (v % (HDK / VEC)) * VEC, row = kt * BN + r;
-        const bool ok = row < L && c < HD;
-        const T* src = ok ? base + int64_t(row) * ld + D + h * HD + c : base;
-        cp_async16(ks + r * LDH + c, src, ok);
-        cp_async16(ks + BN * LDH + r * LDH + c, ok ? src + D : base, ok);
-      }
-    }
-    cp_async_commit();
-  };
-
-  const int rw = q0 + rg * 16;
-  const bool active = rw < L;
-  const int lo[2] = {0, 0}, hi[2] = {L, L};
-  const bool terms = EXTRAS && (p.mask != nullptr || p.bias != nullptr), gated = EXTRAS && p.gated;
-  const int qa = min(rw + ((threadIdx.x & 31) >> 2), L - 1), qb = min(qa + 8, L - 1);  // this thread's queries
-  const SeqTerms<T> seq = EXTRAS ? SeqTerms<T>(p, s) : SeqTerms<T>();
-  const uint16_t* key_bits = EXTRAS && p.key_bits ? p.key_bits + s * (p.kp / 16) : nullptr;  // the mask
-  const int iters = HG * nkt;
-  AttnState<Tr> st;
-  load(0);
-  for (int it = 0; it < iters; ++it) {
-    if (it + 1 < iters) {
-      load(it + 1);
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
-    const int hg = it / nkt, kt = it % nkt, h = hg * CG + cg;
-    if (active && h < Tr::HEADS) {
-      if (kt == 0) st.init();
-      const T* ks = kv + ((it & 1) * CG + cg) * 2 * BN * LDH;
-      const T* qt = qs + ((hg & 1) * CG + cg) * BM * LDH + rg * 16 * LDH;
-      if (terms) {
-        const TileTerms<T> tt{p, {seq.row(p, h, qa), seq.row(p, h, qb)}, TileTerms<T>::template load_bits<BN>(key_bits, kt * BN),
-                              kt * BN, L};
-        attend_tile<Tr>(st, qt, LDH, ks, ks + BN * LDH, LDH, kt * BN, lo, hi, p.scale_log2, ps + warp * 16 * Tr::LDP, tt);
-      } else {
-        attend_tile<Tr>(st, qt, LDH, ks, ks + BN * LDH, LDH, kt * BN, lo, hi, p.scale_log2, ps + warp * 16 * Tr::LDP);
-      }
-      if (kt == nkt - 1) {
-        // o (times sigmoid(g), the gate's factor in the query's scratch row) into the tile.
-        auto put = [&](int r, int c, float a, float b) {
-          if (gated) {
-            const int q = min(rw + r, L - 1);
-            const float2 gv = load2(base + int64_t(q) * ld + 3 * D + h * HD + c);
-            a *= gv.x;
-            b *= gv.y;
-          }
-          if constexpr (SM90) {
-            store2(xs + sw128_index<BM>(rg * 16 + r, h * HD + c), a, b);
-          } else {
-            store2(xs + (rg * 16 + r) * Tr::LDX + h * HD + c, a, b);
-          }
-        };
-        st.store_to(put);
-      }
-    }
-    __syncthreads();
-  }
-#endif
   if constexpr (SM90) {
     wg_gemm<T, 1, Lay::OWGN, Lay::OBNW, D, D, Lay::OS>(xs, static_cast<const T*>(p.w_out), kv,
                                                        OutEpilogue<T, EXTRAS>(p, xo, oo));
