@@ -18,9 +18,9 @@ import torch
 import axial_fused as af
 from axial_fused import _ext
 
-# (dim, heads) -> (B, H, W) shapes, one (dim, heads) per compiled head_dim (8, 16, 24, 32, 64). dim 64: length 1
-# on both axes; 1024 (two-kernel) x 1 (1024 sequences of length 1, packed); 33 x 7 (not multiples of
-# the 64-token tile; on the automatic, forced fused and forced two-kernel paths). dim 192: lengths 65
+# (dim, heads) -> (B, H, W) shapes, one (dim, heads) per compiled head_dim (8, 16, 24, 32, 64).
+# dim 64: length 1 on both axes; 1024 (two-kernel) x 1 (1024 sequences of length 1, packed); 33 x 7
+# (not multiples of the 64-token tile; on the automatic, forced fused and forced two-kernel paths). dim 192: lengths 65
 # and 33 (the Hopper fused kernel's automatic range, 16-bit, on sm_90a) and 300 sequences of length 9
 # packed two to a block (min(128 / L, sequences / SMs)) on the forced Hopper fused kernel. The others: lengths not a multiple of the
 # tile; 300 (dim 192) and 150 (dim 768) run the Hopper attention kernel (two-kernel path, 16-bit,

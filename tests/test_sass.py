@@ -170,11 +170,11 @@ def test_small_head_attention_fits_three_blocks_an_sm(tmp_path):
     assert len(regs) == 6 and max(regs) <= 65536 // (3 * 256), regs
 
 
-def _attn_out_loops(tmp_path: Path) -> dict[tuple[str, str], list[int]]:
+def _attn_out_loops(tmp_path: Path) -> dict[tuple[str, str], list[list[int]]]:
     """attn_out_kernel's key-tile loop at (64, 8) bfloat16 per (EXTRAS, MASK_MMA): each sm_90a form's
     loop line (instructions, products, cp.async, barriers, mbarrier ops, branches)."""
     out = _sass_loops(tmp_path, [], kernel="attn_out_kernel", source=ROOT / "kernels" / "axial_bf16_d64_h8.cu")
-    loops: dict[tuple[str, str], list[int]] = {}
+    loops: dict[tuple[str, str], list[list[int]]] = {}
     for g in re.findall(r"attn_out_kernel\w*?ELb\dELb(\d)ELb(\d)EE\w*: \d+ instructions\n\s*" + _LOOP, out):
         loops.setdefault(g[:2], []).append([int(n) for n in g[2:]])
     assert sorted(loops) == [("0", "0"), ("1", "0"), ("1", "1")] and all(len(v) == 2 for v in loops.values()), out
