@@ -14,7 +14,7 @@
 # AB_TEST_S seconds (default 150).
 set -uo pipefail
 [[ -n ${OUT:-} ]] && exec > >(tee "$OUT/ab.txt") 2>&1  # (the whole report comes back, beside the call's tail)
-variants=(A B); [[ -n ${AB_FLAGS_C:-} ]] && variants+=(C)
+variants=(A B) builds=(); [[ -n ${AB_FLAGS_C:-} ]] && variants+=(C)
 export MAX_JOBS=$(( 16 / ${#variants[@]} )) AXIAL_FUSED_ARCHS=90a PYTHONUNBUFFERED=1 AXIAL_FUSED_SPECS=${AB_SPECS:?AB_SPECS, e.g. 64x8:bf16}
 export CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")}
 deps=$(bash scripts/unpack_deps.sh)
@@ -23,8 +23,9 @@ for v in "${variants[@]}"; do
   flags=AB_FLAGS_$v
   (cd "/tmp/ab$v" && AXIAL_FUSED_NVCC_FLAGS=${!flags:-} python3 setup.py build_ext --inplace > build.log 2>&1
    echo "$v (${!flags:-no flags}): build rc=$?") &
+  builds+=($!)
 done
-wait
+wait "${builds[@]}"  # (not a bare wait: that would also wait for the tee above, which never ends)
 for round in 1 2; do
   for v in "${variants[@]}"; do
     echo "=== $v, round $round"
