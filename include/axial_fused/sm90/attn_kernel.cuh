@@ -11,8 +11,9 @@
 // bytes per row, swizzled): k is the K-major B operand of S = q k^T, v the N-major B operand of P V
 // (TRANS_B), so nothing is transposed. Per tile and 64-query half (a "unit"): S (wgmma, q and k from
 // shared memory), masked online softmax in registers (max and sum in log2 units, the scale folded into
-// the exponent), O_h = O_h * alpha + P V (wgmma, P from registers), pipelined so that a unit's softmax
-// runs while the previous unit's P V is on the tensor cores. After the last tile O_h / rowsum goes
+// the exponent), O_h = O_h * alpha + P V (wgmma, P from registers), each unit's S issued before the
+// previous unit's P V (FlashAttention-3's order; ptxas waits for that P V before the exponentials, so
+// the row maxima overlap it, docs/performance.md). After the last tile O_h / rowsum goes
 // into head h's columns of the SW128 output tile, and once every head is done the block runs
 // out = O @ W_out^T + bias + x (wg_gemm, its weight ring in the key/value rings' space).
 //
@@ -445,9 +446,10 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
       m_run[m][0] = m_run[m][1] = -INFINITY;
       l_run[m][0] = l_run[m][1] = 0.f;
     }
-    // The head runs as units u = (key tile kt, query half m), software-pipelined as FlashAttention-3's
-    // intra-warpgroup overlap: unit u issues S(u) and then P(u-1) V(u-1), waits for S(u) only, and
-    // computes its softmax while P V runs on the tensor cores.
+    // The head runs as units u = (key tile kt, query half m) in FlashAttention-3's intra-warpgroup
+    // order: unit u issues S(u) and then P(u-1) V(u-1), and waits for S(u) only. (ptxas puts the wait
+    // for P V before the exponentials, which write registers that held S's accumulators: only the row
+    // maxima overlap P V.)
     // P of the unit in softmax and of the one whose P V is in flight: with two query halves the
     // units alternate between the buffers in a fixed order; with one, the new P is copied over.
     uint32_t p_buf[2][BN / 16][4];
@@ -488,7 +490,7 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
       if constexpr (TMM)  // the mask's k-step: the A tile of ones, B the tile's mask rows (no swizzle)
         Wgmma<T, BN>::mma(sc, nosw_desc(ones + wg * 2048, 1024, 128), nosw_desc(k_base + 2 * BN * RB, 0, 128), 1);
       wgmma_commit();
-      if constexpr (!FIRST) {  // the previous unit's O += P V, in flight during this unit's softmax
+      if constexpr (!FIRST) {  // the previous unit's O += P V, in flight during this unit's row maxima
         pv_issue<T, HD, BN, RB>(o[(M + MT - 1) % MT], p_buf[PREV], v_prev);
         wgmma_commit();
       }
