@@ -4,9 +4,9 @@ consumers issue their tensor-core products with no cp.async and no block barrier
 attention kernels' outputs are stored with STG.E.128 only; K1's cluster form loads the weight by
 multicast tensor-map copies; at D = 768 K1 takes part of A from registers; the tensor-map output
 projection and the split pass's GEMM load by the copy engine alone; the attention kernel's requests
-have no division by the run-time tile count; the mma.sync attention at head_dim 8 holds its registers
-to three blocks an SM, adds its mask and bias a tile at a time, not with a branch per score, and
-applies a mask without a bias on the tensor cores."""
+have no division by the run-time tile count and its key-tile loop one chunk start; the mma.sync
+attention at head_dim 8 holds its registers to three blocks an SM, adds its mask and bias a tile at
+a time, not with a branch per score, and applies a mask without a bias on the tensor cores."""
 from __future__ import annotations
 
 import os
@@ -158,6 +158,20 @@ def test_attention_requests_without_division(tmp_path):
     out = _sass_loops(tmp_path, [], "--count", r"I2F\.RP", kernel="attn_sm90")
     counts = [int(c) for c in re.findall(r"matching .*: (\d+)", out)]
     assert counts and sum(counts) == 0, out
+
+
+def test_attention_key_tile_loop_has_one_chunk_start(tmp_path):
+    # Each Hopper attention kernel's key-tile loop (its innermost loop with products and cp.async)
+    # holds one warpgroup barrier, its chunk start's: the path for a ring with no room to run ahead
+    # (two barriers and a second copy of the requests) is compiled only where it runs (LA = 0, not at
+    # 128x4), and the chunk start waits for a compile-time count of copy groups (3 barriers a loop at
+    # 128x4 with that path compiled in).
+    out = _sass_loops(tmp_path, [], "--all", kernel="attn_sm90")
+    kernels = re.split(r"^_Z\S+: \d+ instructions$", out, flags=re.M)[1:]
+    assert len(kernels) >= 2, out
+    for report in kernels:
+        tile = [loop for loop in map(lambda m: tuple(map(int, m)), re.findall(_LOOP, report)) if loop[1] and loop[2]]
+        assert tile and min(tile)[3] == 1, report
 
 
 def test_small_head_attention_fits_three_blocks_an_sm(tmp_path):

@@ -262,8 +262,8 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
   // j - 1's keys are free once its S products are done and chunk j - 2's values once its last P V is
   // (chunk j - 1's last P V is still in flight during chunk j's first unit), so at most SW - 2 + LAG;
   // and at most nkt so a query buffer is refilled only after its head is done.
-  constexpr int LAG = MT == 1 && SW == 2 ? 1 : 0;
-  const int nh = (HEADS - wg + 1) / 2, la = SW - 2 + LAG < nkt ? SW - 2 + LAG : nkt;
+  constexpr int LAG = MT == 1 && SW == 2 ? 1 : 0, LA = SW - 2 + LAG;  // (nkt >= 1: la = 0 only where LA = 0)
+  const int nh = (HEADS - wg + 1) / 2, la = LA < nkt ? LA : nkt;
   const uint32_t q_base = smem_u32(qbuf) + wg * 2 * C::Q_BYTES, r_base = smem_u32(ring) + wg * SW * C::STAGE;
   // Rows [row0, row0 + NR) of column block `col` of the scratch into an RB-row swizzled tile at `dst`
   // (rows past L read as zeros). Each thread copies the same 16-byte piece lc of rows lr, lr + RPP, ...
@@ -385,14 +385,17 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
   };
   [[maybe_unused]] const uint32_t my_slot = bslot + (wg * 4 + warp) * (BN / 64) * 2048 + lane * 16;
   [[maybe_unused]] Cursor bc;  // the unit whose bias is copied next (BSLOT: one query half)
+  // (its head's first block, moved on a head at each head's end: no address product a unit)
+  [[maybe_unused]] const __half* bhead = C::BSLOT ? bias_block(wg, 0, 0) : nullptr;
   [[maybe_unused]] auto issue_bias = [&] {  // one copy group (possibly empty) a unit
     if (bc.i < nh) {
-      const __half* blk = bias_block(2 * bc.i + wg, bc.tile(nkt), 0);
+      const __half* blk = bhead + bc.tile(nkt) * (BN / 64 * 1024);
 #pragma unroll
       for (int ch = 0; ch < BN / 64; ++ch)
 #pragma unroll
         for (int j = 0; j < 4; ++j) cp_async16_shared(my_slot + ch * 2048 + j * 512, blk + ch * 1024 + j * 256);
       bc.next(nkt);
+      if (bc.n == 0) bhead += int64_t(2 * (p.kp / 16)) * (p.kp / 64) * 1024;  // head h + 2
     }
     cp_async_commit();
   };
@@ -430,8 +433,19 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
 
   if constexpr (C::BSLOT) issue_bias();  // the first unit's
   // Copy groups newer than the one a chunk start waits for: the la - 1 chunks' groups after it and,
-  // with BSLOT, the la units' bias groups between them (the first of them in the prologue).
+  // with BSLOT, the la units' bias groups between them (the first of them in the prologue); a
+  // compile-time count where the head has more tiles than LA (every head but the shortest ones).
   const int waits = C::BSLOT ? 2 * la - 1 : la - 1;
+  constexpr int WAITS = C::BSLOT ? 2 * LA - 1 : LA - 1;
+  auto wait_chunk = [&] {
+    if constexpr (LA > 0) {
+      if (la == LA) {
+        cp_async_wait<WAITS>();
+      } else {
+        cp_async_wait_upto(waits);
+      }
+    }
+  };
   static_assert(!C::BSLOT || (MT == 1 && SW <= 4), "one bias slot a warp; at most three groups newer");
 
   AXIAL_PHASE(0);
@@ -459,14 +473,14 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
     // returns the chunk's stage.
     auto tile_start = [&](int n) {
       const int j = i * nkt + n;
-      if (la == 0) {  // no room to run ahead (SW = 2, LAG = 0): load the chunk now, into chunk j - 2's stage
+      if constexpr (LA == 0) {  // no room to run ahead (SW = 2, LAG = 0): load the chunk now, into chunk j - 2's stage
         warpgroup_sync(wg);
         load();
         cp_async_wait<0>();
         fence_proxy_async();
         warpgroup_sync(wg);
       } else {
-        cp_async_wait_upto(waits);  // this thread's copies of them have landed
+        wait_chunk();  // this thread's copies of them have landed
         fence_proxy_async();
         warpgroup_sync(wg);  // everyone's have; chunk j - 1's S and chunk j - 2's P V are done: their rows are free
         load();
@@ -543,7 +557,7 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
     }
     // Drain: the last unit's P V (with LAG, once the last chunk's values, the oldest group in flight, are in).
     if constexpr (LAG == 1) {
-      cp_async_wait_upto(waits);
+      wait_chunk();
       fence_proxy_async();
       warpgroup_sync(wg);
     }
