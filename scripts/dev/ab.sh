@@ -10,8 +10,8 @@
 # default; C only when AB_FLAGS_C is set); AB_SHAPES: feature_times shapes, space-separated (default
 # 1,1024,256,64,8); AB_SETS: its feature sets (default plain,mask,bias,mask+bias+gate); AB_BLOCKS:
 # protein blocks (default extra_msa; "" for none);
-# AB_TESTS: pytest arguments for the last build (default tests/test_features.py; "" for none), within
-# AB_TEST_S seconds (default 150).
+# AB_TESTS: pytest arguments for the last build (default tests/test_features.py; "" for none; split at
+# spaces), AB_TESTS_K: its -k expression (may hold spaces), within AB_TEST_S seconds (default 150).
 set -uo pipefail
 [[ -n ${OUT:-} ]] && exec > >(tee "$OUT/ab.txt") 2>&1  # (the whole report comes back, beside the call's tail)
 variants=(A B) builds=(); [[ -n ${AB_FLAGS_C:-} ]] && variants+=(C)
@@ -31,7 +31,8 @@ for round in 1 2; do
     echo "=== $v, round $round"
     cd "/tmp/ab$v" || exit 1
     for b in ${AB_BLOCKS-extra_msa}; do
-      PYTHONPATH=src:$deps python3 scripts/dev/protein_times.py "$b" 2>&1 | head -3
+      # (its warnings to a log: on stdout they would take the three lines)
+      PYTHONPATH=src:$deps python3 scripts/dev/protein_times.py "$b" 2>> protein_times.err | head -3
     done
     for shape in ${AB_SHAPES:-1,1024,256,64,8}; do
       PYTHONPATH=src python3 scripts/dev/feature_times.py "$shape" --sets "${AB_SETS:-plain,mask,bias,mask+bias+gate}" 2>&1 |
@@ -40,6 +41,7 @@ for round in 1 2; do
   done
 done
 if [[ -n ${AB_TESTS-tests/test_features.py} ]]; then
+  k=(); [[ -n ${AB_TESTS_K:-} ]] && k=(-k "$AB_TESTS_K")
   cd "/tmp/ab${variants[-1]}" && PYTHONPATH=src:$deps timeout "${AB_TEST_S:-150}" python3 -m pytest -q -p no:cacheprovider \
-    ${AB_TESTS-tests/test_features.py} 2>&1 | tail -5
+    ${AB_TESTS-tests/test_features.py} "${k[@]}" 2>&1 | tail -5
 fi
