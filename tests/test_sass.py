@@ -4,9 +4,10 @@ consumers issue their tensor-core products with no cp.async and no block barrier
 attention kernels' outputs are stored with STG.E.128 only; K1's cluster form loads the weight by
 multicast tensor-map copies; at D = 768 K1 takes part of A from registers; the tensor-map output
 projection and the split pass's GEMM load by the copy engine alone; the attention kernel's requests
-have no division by the run-time tile count and its key-tile loop one chunk start; the mma.sync
-attention at head_dim 8 holds its registers to three blocks an SM, adds its mask and bias a tile at
-a time, not with a branch per score, and applies a mask without a bias on the tensor cores."""
+have no division by the run-time tile count and its key-tile loop one chunk start (with the uniform
+warpgroup experiment, no R2UR in it); the mma.sync attention at head_dim 8 holds its registers to
+three blocks an SM, adds its mask and bias a tile at a time, not with a branch per score, and applies
+a mask without a bias on the tensor cores."""
 from __future__ import annotations
 
 import os
@@ -172,6 +173,17 @@ def test_attention_key_tile_loop_has_one_chunk_start(tmp_path):
     for report in kernels:
         tile = [loop for loop in map(lambda m: tuple(map(int, m)), re.findall(_LOOP, report)) if loop[1] and loop[2]]
         assert tile and min(tile)[3] == 1, report
+
+
+def test_uniform_warpgroup_index_builds_attention_descriptors_on_the_uniform_datapath(tmp_path):
+    # Experiment -DAXIAL_FUSED_UNIFORM_WG (sync.cuh's AXIAL_FUSED_WARP_UNIFORM, default off while it is
+    # measured): with the warpgroup index broadcast from lane 0, the attention kernels' key-tile loops
+    # compute their stages' and descriptors' addresses on the uniform datapath, with no R2UR moving
+    # them there before each wgmma (16 to 32 a loop at 128x4 without it).
+    out = _sass_loops(tmp_path, ["-DAXIAL_FUSED_UNIFORM_WG=1"], "--all", "--count", "R2UR", kernel="attn_sm90")
+    loops = [tuple(map(int, m)) for m in re.findall(_LOOP + r", (\d+) matching", out)]
+    tile = [loop for loop in loops if loop[1] and loop[2]]
+    assert tile and all(loop[-1] == 0 for loop in tile), out
 
 
 def test_small_head_attention_fits_three_blocks_an_sm(tmp_path):

@@ -6,7 +6,7 @@ Disassembles CUBIN with nvdisasm (the CUDA toolkit's, or the copy the triton whe
 kernels whose mangled names contain KERNEL_SUBSTRING, and prints for each backward branch whose body
 holds an HGMMA (wgmma) or HMMA (mma.sync) the body's instruction count and its mix: the innermost such
 loop is the main loop, whose length per step is what an issue-bound kernel pays. --all prints the enclosing loops too; --stores prints the kernel's global stores by width
-(`STG.E` is 32 bits, `STG.E.64`, `STG.E.128`); --count REGEX prints how many instructions match. Example (a kernel file compiled for sm_90a):
+(`STG.E` is 32 bits, `STG.E.64`, `STG.E.128`); --count REGEX prints how many instructions match (in the kernel, and in each loop listed). Example (a kernel file compiled for sm_90a):
 
     nvcc -std=c++17 -O3 -Iinclude -arch=sm_90a -cubin -o k.cubin kernels/axial_bf16_d768_h12.cu
     python scripts/dev/sass_loops.py k.cubin ln_qkv_sm90
@@ -82,9 +82,10 @@ def main() -> None:
             print("  global stores: " + (", ".join(f"{k} x{v}" for k, v in sorted(widths.items())) or "none"))
         for n, lo, hi, mma, body in loops if show_all else loops[:1]:
             count = lambda *keys: sum(any(k in t for k in keys) for t in body)  # noqa: E731
+            matching = f", {sum(bool(re.search(pattern, t)) for t in body)} matching" if pattern else ""
             print(f"  loop {lo:#x}-{hi:#x}: {n} instructions, {mma} tensor-core products, "
                   f"{count('LDGSTS')} cp.async, {count('BAR.SYNC', 'BAR.ARV')} named/block barriers, "
-                  f"{count('SYNCS')} mbarrier ops, {count('BRA')} branches")
+                  f"{count('SYNCS')} mbarrier ops, {count('BRA')} branches{matching}")
 
 
 if __name__ == "__main__":
