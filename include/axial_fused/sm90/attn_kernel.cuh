@@ -215,7 +215,8 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
   unsigned char* ring = qbuf + 2 * 2 * C::Q_BYTES;  // [wg][SW] key/value stages; later W_out's ring
   [[maybe_unused]] const uint32_t bslot = smem_u32(ring + C::RING);  // BSLOT: [wg][warp] the next unit's bias
 
-  const int L = p.len, tid = threadIdx.x, wg = AXIAL_FUSED_WARP_UNIFORM(tid >> 7), wtid = tid & 127, warp = (tid >> 5) & 3, lane = tid & 31;
+  const int L = p.len, tid = threadIdx.x, wg = AXIAL_FUSED_WARP_UNIFORM(tid >> 7), wtid = tid & 127;
+  const int warp = (tid >> 5) & 3, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
   const int nqt = (L + BM - 1) / BM;
   const int64_t s = blockIdx.x / nqt;
