@@ -186,6 +186,20 @@ def test_uniform_warpgroup_index_builds_attention_descriptors_on_the_uniform_dat
     assert tile and all(loop[-1] == 0 for loop in tile), out
 
 
+def test_descriptor_steps_shorten_the_attention_loop(tmp_path):
+    # Experiment -DAXIAL_FUSED_DESC_PLUS (default off while it is measured): the attention kernels' S
+    # and P V k-steps take their descriptors as one add to the unit's first (desc_plus), so every
+    # key-tile loop is shorter than with each descriptor built from its address (8-10 instructions at
+    # 128x4).
+    def tile_loops(flags):
+        out = _sass_loops(tmp_path, flags, "--all", kernel="attn_sm90")
+        reports = re.split(r"^_Z\S+: \d+ instructions$", out, flags=re.M)[1:]
+        return [min(loop for loop in map(lambda m: tuple(map(int, m)), re.findall(_LOOP, r)) if loop[1] and loop[2])[0]
+                for r in reports]
+    plain, stepped = tile_loops([]), tile_loops(["-DAXIAL_FUSED_DESC_PLUS=1"])
+    assert plain and len(plain) == len(stepped) and all(s < p for p, s in zip(plain, stepped)), (plain, stepped)
+
+
 def test_small_head_attention_fits_three_blocks_an_sm(tmp_path):
     # attn_out_kernel at head_dim 16 or less (Traits::k2_min_blocks; extra_msa's head_dim 8): every
     # variant at D = 64 (plain, EXTRAS and the tensor-core mask, each for sm_90a's two forms) asks for

@@ -168,8 +168,14 @@ __device__ __forceinline__ void softmax_tile(float (&sc)[BN / 2], float (&m_run)
 // committed.
 template <class T, int HD, int BN, int RB>
 __device__ __forceinline__ void pv_issue(float (&o)[HD / 2], const uint32_t (&pa)[BN / 16][4], uint32_t v_base) {
+#ifdef AXIAL_FUSED_DESC_PLUS
+  const uint64_t vd = swz_desc<RB>(v_base);
+#pragma unroll
+  for (int kk = 0; kk < BN / 16; ++kk) WgmmaRS<T, HD>::template mma<1>(o, pa[kk], desc_plus(vd, kk * 16 * RB), 1);
+#else
 #pragma unroll
   for (int kk = 0; kk < BN / 16; ++kk) WgmmaRS<T, HD>::template mma<1>(o, pa[kk], swz_desc<RB>(v_base + kk * 16 * RB), 1);
+#endif
 }
 
 
@@ -499,9 +505,16 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
       const uint32_t k_base = r_base + stage * C::STAGE;
       if constexpr (INIT) load_terms(sc, h, kt, M);
       wgmma_fence();
+#ifdef AXIAL_FUSED_DESC_PLUS
+      const uint64_t qd = swz_desc<RB>(qb + M * 64 * RB), kd = swz_desc<RB>(k_base);
+#pragma unroll
+      for (int kk = 0; kk < HD / 16; ++kk)
+        Wgmma<T, BN>::mma(sc, desc_plus(qd, kk * 32), desc_plus(kd, kk * 32), INIT || kk > 0);
+#else
 #pragma unroll
       for (int kk = 0; kk < HD / 16; ++kk)
         Wgmma<T, BN>::mma(sc, swz_desc<RB>(qb + M * 64 * RB + kk * 32), swz_desc<RB>(k_base + kk * 32), INIT || kk > 0);
+#endif
       if constexpr (TMM)  // the mask's k-step: the A tile of ones, B the tile's mask rows (no swizzle)
         Wgmma<T, BN>::mma(sc, nosw_desc(ones + wg * 2048, 1024, 128), nosw_desc(k_base + 2 * BN * RB, 0, 128), 1);
       wgmma_commit();
