@@ -4,10 +4,10 @@ consumers issue their tensor-core products with no cp.async and no block barrier
 attention kernels' outputs are stored with STG.E.128 only; K1's cluster form loads the weight by
 multicast tensor-map copies; at D = 768 K1 takes part of A from registers; the tensor-map output
 projection and the split pass's GEMM load by the copy engine alone; the attention kernel's requests
-have no division by the run-time tile count and its key-tile loop one chunk start (with the uniform
-warpgroup experiment, no R2UR in it); the mma.sync attention at head_dim 8 holds its registers to
-three blocks an SM, adds its mask and bias a tile at a time, not with a branch per score, and applies
-a mask without a bias on the tensor cores."""
+have no division by the run-time tile count and its key-tile loop one chunk start (no R2UR in it with
+the uniform-warpgroup experiment, fewer instructions with the descriptor-step one); the mma.sync
+attention at head_dim 8 holds its registers to three blocks an SM, adds its mask and bias a tile at
+a time, not with a branch per score, and applies a mask without a bias on the tensor cores."""
 from __future__ import annotations
 
 import os
