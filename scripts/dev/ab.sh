@@ -43,5 +43,5 @@ done
 if [[ -n ${AB_TESTS-tests/test_features.py} ]]; then
   k=(); [[ -n ${AB_TESTS_K:-} ]] && k=(-k "$AB_TESTS_K")
   cd "/tmp/ab${variants[-1]}" && PYTHONPATH=src:$deps timeout "${AB_TEST_S:-150}" python3 -m pytest -q -p no:cacheprovider \
-    ${AB_TESTS-tests/test_features.py} "${k[@]}" 2>&1 | tail -5
+    ${AB_TESTS-tests/test_features.py} ${k[@]+"${k[@]}"} 2>&1 | tail -5
 fi
