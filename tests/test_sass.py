@@ -161,6 +161,18 @@ def test_attention_requests_without_division(tmp_path):
     assert counts and sum(counts) == 0, out
 
 
+def _key_tile_loops(out: str) -> list[tuple[int, ...]]:
+    """Per kernel of a sass_loops --all report, its key-tile loop (the innermost loop with tensor-core
+    products and cp.async): _LOOP's six fields."""
+    loops = []
+    for report in re.split(r"^_Z\S+: \d+ instructions$", out, flags=re.M)[1:]:
+        found = [tuple(map(int, m)) for m in re.findall(_LOOP, report)]
+        tile = [loop for loop in found if loop[1] and loop[2]]
+        assert tile, report
+        loops.append(min(tile))
+    return loops
+
+
 def test_attention_key_tile_loop_has_one_chunk_start(tmp_path):
     # Each Hopper attention kernel's key-tile loop (its innermost loop with products and cp.async)
     # holds one warpgroup barrier, its chunk start's: the path for a ring with no room to run ahead
@@ -168,11 +180,8 @@ def test_attention_key_tile_loop_has_one_chunk_start(tmp_path):
     # 128x4), and the chunk start waits for a compile-time count of copy groups (3 barriers a loop at
     # 128x4 with that path compiled in).
     out = _sass_loops(tmp_path, [], "--all", kernel="attn_sm90")
-    kernels = re.split(r"^_Z\S+: \d+ instructions$", out, flags=re.M)[1:]
-    assert len(kernels) >= 2, out
-    for report in kernels:
-        tile = [loop for loop in map(lambda m: tuple(map(int, m)), re.findall(_LOOP, report)) if loop[1] and loop[2]]
-        assert tile and min(tile)[3] == 1, report
+    loops = _key_tile_loops(out)
+    assert len(loops) >= 2 and all(loop[3] == 1 for loop in loops), out
 
 
 def test_uniform_warpgroup_index_builds_attention_descriptors_on_the_uniform_datapath(tmp_path):
@@ -192,10 +201,7 @@ def test_descriptor_steps_shorten_the_attention_loop(tmp_path):
     # key-tile loop is shorter than with each descriptor built from its address (8-10 instructions at
     # 128x4).
     def tile_loops(flags):
-        out = _sass_loops(tmp_path, flags, "--all", kernel="attn_sm90")
-        reports = re.split(r"^_Z\S+: \d+ instructions$", out, flags=re.M)[1:]
-        return [min(loop for loop in map(lambda m: tuple(map(int, m)), re.findall(_LOOP, r)) if loop[1] and loop[2])[0]
-                for r in reports]
+        return [loop[0] for loop in _key_tile_loops(_sass_loops(tmp_path, flags, "--all", kernel="attn_sm90"))]
     plain, stepped = tile_loops([]), tile_loops(["-DAXIAL_FUSED_DESC_PLUS=1"])
     assert plain and len(plain) == len(stepped) and all(s < p for p, s in zip(plain, stepped)), (plain, stepped)
 
