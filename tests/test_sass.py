@@ -4,10 +4,9 @@ consumers issue their tensor-core products with no cp.async and no block barrier
 attention kernels' outputs are stored with STG.E.128 only; K1's cluster form loads the weight by
 multicast tensor-map copies; at D = 768 K1 takes part of A from registers; the tensor-map output
 projection and the split pass's GEMM load by the copy engine alone; the attention kernel's requests
-have no division by the run-time tile count and its key-tile loop one chunk start (no R2UR in it with
-the uniform-warpgroup experiment, fewer instructions with the descriptor-step one); the mma.sync
-attention at head_dim 8 holds its registers to three blocks an SM, adds its mask and bias a tile at
-a time, not with a branch per score, and applies a mask without a bias on the tensor cores."""
+have no division by the run-time tile count and its key-tile loop one chunk start and no R2UR; the
+mma.sync attention at head_dim 8 holds its registers to three blocks an SM, adds its mask and bias a
+tile at a time, not with a branch per score, and applies a mask without a bias on the tensor cores."""
 from __future__ import annotations
 
 import os
@@ -184,26 +183,14 @@ def test_attention_key_tile_loop_has_one_chunk_start(tmp_path):
     assert len(loops) >= 2 and all(loop[3] == 1 for loop in loops), out
 
 
-def test_uniform_warpgroup_index_builds_attention_descriptors_on_the_uniform_datapath(tmp_path):
-    # Experiment -DAXIAL_FUSED_UNIFORM_WG (sync.cuh's AXIAL_FUSED_WARP_UNIFORM, default off while it is
-    # measured): with the warpgroup index broadcast from lane 0, the attention kernels' key-tile loops
-    # compute their stages' and descriptors' addresses on the uniform datapath, with no R2UR moving
-    # them there before each wgmma (16 to 32 a loop at 128x4 without it).
-    out = _sass_loops(tmp_path, ["-DAXIAL_FUSED_UNIFORM_WG=1"], "--all", "--count", "R2UR", kernel="attn_sm90")
+def test_attention_descriptors_are_built_on_the_uniform_datapath(tmp_path):
+    # The warpgroup index is broadcast from lane 0 (sync.cuh's warp_uniform), so the attention kernels'
+    # key-tile loops compute their stages' and descriptors' addresses on the uniform datapath, with no
+    # R2UR moving them there before each wgmma (16 to 32 a loop at 128x4 with the index as tid >> 7).
+    out = _sass_loops(tmp_path, [], "--all", "--count", "R2UR", kernel="attn_sm90")
     loops = [tuple(map(int, m)) for m in re.findall(_LOOP + r", (\d+) matching", out)]
     tile = [loop for loop in loops if loop[1] and loop[2]]
     assert tile and all(loop[-1] == 0 for loop in tile), out
-
-
-def test_descriptor_steps_shorten_the_attention_loop(tmp_path):
-    # Experiment -DAXIAL_FUSED_DESC_PLUS (default off while it is measured): the attention kernels' S
-    # and P V k-steps take their descriptors as one add to the unit's first (desc_plus), so every
-    # key-tile loop is shorter than with each descriptor built from its address (8-10 instructions at
-    # 128x4).
-    def tile_loops(flags):
-        return [loop[0] for loop in _key_tile_loops(_sass_loops(tmp_path, flags, "--all", kernel="attn_sm90"))]
-    plain, stepped = tile_loops([]), tile_loops(["-DAXIAL_FUSED_DESC_PLUS=1"])
-    assert plain and len(plain) == len(stepped) and all(s < p for p, s in zip(plain, stepped)), (plain, stepped)
 
 
 def test_small_head_attention_fits_three_blocks_an_sm(tmp_path):

@@ -168,14 +168,9 @@ __device__ __forceinline__ void softmax_tile(float (&sc)[BN / 2], float (&m_run)
 // committed.
 template <class T, int HD, int BN, int RB>
 __device__ __forceinline__ void pv_issue(float (&o)[HD / 2], const uint32_t (&pa)[BN / 16][4], uint32_t v_base) {
-#ifdef AXIAL_FUSED_DESC_PLUS
   const uint64_t vd = swz_desc<RB>(v_base);
 #pragma unroll
   for (int kk = 0; kk < BN / 16; ++kk) WgmmaRS<T, HD>::template mma<1>(o, pa[kk], desc_plus(vd, kk * 16 * RB), 1);
-#else
-#pragma unroll
-  for (int kk = 0; kk < BN / 16; ++kk) WgmmaRS<T, HD>::template mma<1>(o, pa[kk], swz_desc<RB>(v_base + kk * 16 * RB), 1);
-#endif
 }
 
 
@@ -221,7 +216,7 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
   unsigned char* ring = qbuf + 2 * 2 * C::Q_BYTES;  // [wg][SW] key/value stages; later W_out's ring
   [[maybe_unused]] const uint32_t bslot = smem_u32(ring + C::RING);  // BSLOT: [wg][warp] the next unit's bias
 
-  const int L = p.len, tid = threadIdx.x, wg = AXIAL_FUSED_WARP_UNIFORM(tid >> 7), wtid = tid & 127;
+  const int L = p.len, tid = threadIdx.x, wg = warp_uniform(tid >> 7), wtid = tid & 127;
   const int warp = (tid >> 5) & 3, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
   const int nqt = (L + BM - 1) / BM;
@@ -505,16 +500,10 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
       const uint32_t k_base = r_base + stage * C::STAGE;
       if constexpr (INIT) load_terms(sc, h, kt, M);
       wgmma_fence();
-#ifdef AXIAL_FUSED_DESC_PLUS
       const uint64_t qd = swz_desc<RB>(qb + M * 64 * RB), kd = swz_desc<RB>(k_base);
 #pragma unroll
       for (int kk = 0; kk < HD / 16; ++kk)
         Wgmma<T, BN>::mma(sc, desc_plus(qd, kk * 32), desc_plus(kd, kk * 32), INIT || kk > 0);
-#else
-#pragma unroll
-      for (int kk = 0; kk < HD / 16; ++kk)
-        Wgmma<T, BN>::mma(sc, swz_desc<RB>(qb + M * 64 * RB + kk * 32), swz_desc<RB>(k_base + kk * 32), INIT || kk > 0);
-#endif
       if constexpr (TMM)  // the mask's k-step: the A tile of ones, B the tile's mask rows (no swizzle)
         Wgmma<T, BN>::mma(sc, nosw_desc(ones + wg * 2048, 1024, 128), nosw_desc(k_base + 2 * BN * RB, 0, 128), 1);
       wgmma_commit();

@@ -75,7 +75,7 @@ __device__ __forceinline__ void fused_sm90_body(const PassParams& p) {
   T* ring = reinterpret_cast<T*>(own + 2 * (C::K_BYTES + C::V_BYTES));
   const T* wqkv = static_cast<const T*>(p.w_qkv);
 
-  const int L = p.len, tid = threadIdx.x, wg = AXIAL_FUSED_WARP_UNIFORM(tid >> 7), wtid = tid & 127;
+  const int L = p.len, tid = threadIdx.x, wg = warp_uniform(tid >> 7), wtid = tid & 127;
   const int warp = (tid >> 5) & 3, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
   const int64_t s0 = int64_t(blockIdx.x) * p.group;

@@ -58,7 +58,7 @@ __global__ void __launch_bounds__(256, 1)
 
   const int64_t tokens = p.num_seq * p.len;
   const int64_t tiles = (tokens + BM - 1) / BM * NT;
-  const int tid = threadIdx.x, wg = AXIAL_FUSED_WARP_UNIFORM(tid >> 7), warp = (tid >> 5) & 3, lane = tid & 31;
+  const int tid = threadIdx.x, wg = warp_uniform(tid >> 7), warp = (tid >> 5) & 3, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
   if (tid == 0) {
     for (int k = 0; k < S; ++k) {

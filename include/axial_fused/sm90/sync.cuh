@@ -20,17 +20,11 @@ __device__ __forceinline__ void setmaxnreg_inc() {
 #endif
 }
 
-// v, a value every lane of the warp holds alike (a thread's warpgroup). With -DAXIAL_FUSED_UNIFORM_WG
-// (an experiment, default off) broadcast from lane 0, so that ptxas knows it is one value across the
-// warp: what is computed from it (ring stages, descriptors, cursors) then runs on the uniform
-// datapath, without moves into uniform registers before each wgmma (CUTLASS's
-// canonical_warp_group_idx). Every lane of the warp must reach it. (A macro while it is measured: off,
-// it is v itself, so the default kernels compile as they did.)
-#ifdef AXIAL_FUSED_UNIFORM_WG
-#define AXIAL_FUSED_WARP_UNIFORM(v) __shfl_sync(0xffffffffu, int(v), 0)
-#else
-#define AXIAL_FUSED_WARP_UNIFORM(v) (v)
-#endif
+// v, a value every lane of the warp holds alike (a thread's warpgroup), broadcast from lane 0 so that
+// ptxas knows it is one value across the warp: what is computed from it (ring stages, descriptors,
+// cursors) then runs on the uniform datapath, without moves into uniform registers before each wgmma
+// (CUTLASS's canonical_warp_group_idx). Every lane of the warp must reach it.
+__device__ __forceinline__ int warp_uniform(int v) { return __shfl_sync(0xffffffffu, v, 0); }
 
 // Barrier over the 128 threads of warpgroup wg alone (named barrier 1 + wg; 0 is __syncthreads).
 __device__ __forceinline__ void warpgroup_sync(int wg) {

@@ -80,7 +80,7 @@ __device__ __forceinline__ void wg_gemm(const T* A, const T* W, T* ws, Epi&& epi
   constexpr int BM = 64 * WGM, CN = WGN * BNW, KC = K / KW, ITERS = (N / CN) * KC, THREADS = 128 * WGM * WGN;
   constexpr int RB = KW * 2, CPR = KW / 8;  // bytes and 16-byte pieces per weight-chunk row
   static_assert(N % CN == 0 && K % 64 == 0, "weight chunks must tile the weight");
-  const int wg = AXIAL_FUSED_WARP_UNIFORM(threadIdx.x >> 7), wm = wg % WGM, wn = wg / WGM;
+  const int wg = warp_uniform(threadIdx.x >> 7), wm = wg % WGM, wn = wg / WGM;
   const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const uint32_t a_base = smem_u32(A) + wm * 64 * 128, w_base = smem_u32(ws) + wn * BNW * RB;
 
@@ -271,7 +271,7 @@ __device__ __forceinline__ void wg_gemm_ws_consume(const T* A, const T* ws, uint
                 "2 warpgroups; n64/128 tiles; 32-deep chunks");
   constexpr int BM = 64 * WGM, CN = WGN * BNW, KC = K / KW, RB = KW * 2;
   static_assert(K % 64 == 0, "weight chunks must tile the weight");
-  const int wg = AXIAL_FUSED_WARP_UNIFORM(threadIdx.x >> 7), wm = wg % WGM, wn = wg / WGM;
+  const int wg = warp_uniform(threadIdx.x >> 7), wm = wg % WGM, wn = wg / WGM;
   const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const uint32_t a_base = smem_u32(A) + wm * 64 * 128, w_base = smem_u32(ws) + wn * BNW * RB;
   float acc[BNW / 2];
@@ -384,7 +384,7 @@ __device__ __forceinline__ void wg_gemm_tma(const T* A, const void* map, uint32_
   constexpr int BM = 64 * WGM, CN = WGN * BNW, KC = K / KW, ITERS = (N / CN) * KC, RB = KW * 2;
   constexpr uint32_t STAGE = CN * RB;
   static_assert(N % CN == 0 && K % 64 == 0 && CN <= 256, "weight chunks must tile the weight; boxes of <= 256 rows");
-  const int wg = AXIAL_FUSED_WARP_UNIFORM(threadIdx.x >> 7), wm = wg % WGM, wn = wg / WGM;
+  const int wg = warp_uniform(threadIdx.x >> 7), wm = wg % WGM, wn = wg / WGM;
   const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const uint32_t a_base = smem_u32(A) + wm * 64 * 128, w_base = ws + wn * BNW * RB;
   auto load = [&](int it) {  // thread 0 only

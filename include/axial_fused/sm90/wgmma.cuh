@@ -45,8 +45,8 @@ __device__ __forceinline__ uint64_t nosw_desc(uint32_t addr, uint32_t lbo, uint3
 
 // The descriptor `d` moved `bytes` on (a multiple of 16): its address field plus bytes / 16, the other
 // fields as they are. The 14-bit field cannot carry (a block's shared memory is below 256 KB), so only
-// the low word changes: one add, not a descriptor built from its address. (The attention kernel's
-// k-steps with -DAXIAL_FUSED_DESC_PLUS, an experiment, default off while it is measured.)
+// the low word changes: one add, not a descriptor built from its address (the attention kernel's
+// k-steps).
 __device__ __forceinline__ uint64_t desc_plus(uint64_t d, uint32_t bytes) {
   return (d & ~uint64_t(0xFFFFFFFFu)) | uint32_t(uint32_t(d) + (bytes >> 4));
 }
