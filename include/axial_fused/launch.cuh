@@ -221,9 +221,19 @@ struct Spec {
           const int64_t blocks = p.num_seq * ((p.len + A::BM - 1) / A::BM);
           if constexpr (A::OUT_TMA) {
             CUtensorMap omap;
-            if (encode_weight_map<T>(&omap, p.w_out, D, D, A::OUT_KW, A::WGN * A::OUT_BNW) == cudaSuccess)
+            CUtensorMap kvmap{};  // (with KV_TMA: the scratch as [S, L, ld], boxes of one head's 64 rows)
+            bool maps = encode_weight_map<T>(&omap, p.w_out, D, D, A::OUT_KW, A::WGN * A::OUT_BNW) == cudaSuccess;
+            if constexpr (A::KV_TMA) {
+              const cuuint64_t ld = EXTRAS ? cuuint64_t(p.nq) : cuuint64_t(3 * D);
+              maps = maps && encode_map<T, 3>(&kvmap, p.scratch, {ld, cuuint64_t(p.len), cuuint64_t(p.num_seq)},
+                                              {ld * sizeof(T), cuuint64_t(p.len) * ld * sizeof(T)},
+                                              {cuuint32_t(A::HD), 64u, 1u},
+                                              A::RB == 64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B) ==
+                                 cudaSuccess;
+            }
+            if (maps)
               return launch_with_smem<attn_sm90_otma_kernel<T, D, HEADS, EXTRAS, TERMS>, 1, true>(blocks, 256, A::SMEM,
-                                                                                                stream, p, omap);
+                                                                                                stream, p, omap, kvmap);
           }
           return launch_with_smem<attn_sm90_kernel<T, D, HEADS, EXTRAS, TERMS>, 1, true>(blocks, 256, A::SMEM, stream, p);
         }

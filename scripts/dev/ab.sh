@@ -11,7 +11,8 @@
 # 1,1024,256,64,8); AB_SETS: its feature sets (default plain,mask,bias,mask+bias+gate); AB_BLOCKS:
 # protein blocks (default extra_msa; "" for none);
 # AB_TESTS: pytest arguments for the last build (default tests/test_features.py; "" for none; split at
-# spaces), AB_TESTS_K: its -k expression (may hold spaces), within AB_TEST_S seconds (default 150).
+# spaces), AB_TESTS_K: its -k expression (may hold spaces), within AB_TEST_S seconds (default 150);
+# AB_STEP_S: each timing step's limit (default 120 s); AB_COLS: the feature lines' width (default 160).
 set -uo pipefail
 [[ -n ${OUT:-} ]] && exec > >(tee "$OUT/ab.txt") 2>&1  # (the whole report comes back, beside the call's tail)
 variants=(A B) builds=(); [[ -n ${AB_FLAGS_C:-} ]] && variants+=(C)
@@ -26,17 +27,18 @@ for v in "${variants[@]}"; do
   builds+=($!)
 done
 wait "${builds[@]}"  # (not a bare wait: that would also wait for the tee above, which never ends)
+step=${AB_STEP_S:-120}  # (each timing step's limit: a kernel that hangs costs one step, not the call)
 for round in 1 2; do
   for v in "${variants[@]}"; do
     echo "=== $v, round $round"
     cd "/tmp/ab$v" || exit 1
     for b in ${AB_BLOCKS-extra_msa}; do
       # (its warnings to a log: on stdout they would take the three lines)
-      PYTHONPATH=src:$deps python3 scripts/dev/protein_times.py "$b" 2>> protein_times.err | head -3
+      PYTHONPATH=src:$deps timeout "$step" python3 scripts/dev/protein_times.py "$b" 2>> protein_times.err | head -3
     done
     for shape in ${AB_SHAPES:-1,1024,256,64,8}; do
-      PYTHONPATH=src python3 scripts/dev/feature_times.py "$shape" --sets "${AB_SETS:-plain,mask,bias,mask+bias+gate}" 2>&1 |
-        grep total | cut -c1-160
+      PYTHONPATH=src timeout "$step" python3 scripts/dev/feature_times.py "$shape" --sets "${AB_SETS:-plain,mask,bias,mask+bias+gate}" 2>&1 |
+        grep total | cut -c1-${AB_COLS:-160}
     done
   done
 done

@@ -7,9 +7,9 @@
 // output tile fits). The warpgroups take alternate heads and run independently (named barriers, their
 // own query buffers and key/value ring), so one's softmax overlaps the other's products. For its head h
 // a warpgroup streams the sequence's keys and values in tiles of BN (128 at head_dim 32, 64 at 64)
-// through a cp.async ring, each tile's k and v rows copied as they lie in the scratch (RB = 64 or 128
-// bytes per row, swizzled): k is the K-major B operand of S = q k^T, v the N-major B operand of P V
-// (TRANS_B), so nothing is transposed. Per tile and 64-query half (a "unit"): S (wgmma, q and k from
+// through a ring (cp.async, or tensor-map copies where AttnSm90::KV_TMA), each tile's k and v rows
+// copied as they lie in the scratch (RB = 64 or 128 bytes per row, swizzled): k is the K-major B
+// operand of S = q k^T, v the N-major B operand of P V (TRANS_B), so nothing is transposed. Per tile and 64-query half (a "unit"): S (wgmma, q and k from
 // shared memory), masked online softmax in registers (max and sum in log2 units, the scale folded into
 // the exponent), O_h = O_h * alpha + P V (wgmma, P from registers), each unit's S issued before the
 // previous unit's P V (FlashAttention-3's order; ptxas waits for that P V before the exponentials, so
@@ -66,8 +66,10 @@ struct AttnSm90 {
   // but spans 16 columns (BN x 32 bytes) as the sanitizer counts it: the last stage's would end
   // MROW_BYTES past the ring, so the allocation keeps that much after it.
   static constexpr size_t MROW_TAIL = MROW_BYTES;
+  // KV_BARS (KV_TMA below): each warpgroup's mbarriers of its copy groups, one a ring stage.
+  static constexpr size_t KV_BARS = PAIR && std::is_same<T, __nv_bfloat16>::value ? 64 : 0;
   // Per warpgroup: two query buffers (this head's, the next one's) and SW ring stages.
-  static constexpr size_t FIXED0 = 1024 + OFFS + ONES + O_BYTES + 2 * 2 * Q_BYTES + MROW_TAIL;
+  static constexpr size_t FIXED0 = 1024 + OFFS + ONES + KV_BARS + O_BYTES + 2 * 2 * Q_BYTES + MROW_TAIL;
   static constexpr int MINB = PAIR && FIXED0 + 2 * 2 * STAGE <= 113 * 1024 ? 2 : 1;
   static constexpr size_t SMEM_MAX = MINB == 2 ? 113 * 1024 : 227 * 1024;  // per block
   // Output projection: WGM x WGN warpgroups over the BM x D output, OUT_BNW-wide weight chunks (128
@@ -99,6 +101,12 @@ struct AttnSm90 {
   // ring, at D = 768 slower (docs/performance.md).
   static constexpr bool OUT_TMA = !SPLIT && D <= 256 && OUT_KW == 32 && WGM * WGN == 2 && OUT_BNW >= 64 &&
                                   WGN * OUT_BNW <= 256 && OUT_S <= 8;
+  // The tensor-map output projection's kernel at PAIR: its queries, keys and values by tensor-map
+  // copies too, from the warpgroup's thread 0, each copy group completing on its mbarrier (no copy
+  // instructions in the threads, no cp.async wait or proxy fence a tile: msa's attention 5% faster,
+  // tri_384's 7%, docs/performance.md). (bfloat16, the form measured and tested on the H200; float16
+  // keeps the cp.async ring.)
+  static constexpr bool KV_TMA = KV_BARS > 0 && OUT_TMA;
   static constexpr bool SERVED =
       (HD == 32 || HD == 64) && (SPLIT ? SW >= 3 : D % (64 * WGN) == 0 && SW >= 2 && OUT_S >= 3);
   static_assert(!SERVED || (O_BYTES % 1024 == 0 && Q_BYTES % 1024 == 0 && STAGE % 1024 == 0 && BN <= 128),
@@ -192,7 +200,8 @@ __device__ __forceinline__ void cp_async_wait_upto(int n) {
 // unchanged. (Requested any earlier, even at the end of the previous unit, ptxas serializes every
 // wgmma of the kernel: C7513, non-wgmma instructions defining a wgmma's input registers.)
 template <class T, int D, int HEADS, bool OTMA = false, int SPLIT = 0, bool EXTRAS = false, int TERMS = 0>
-__device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* omap = nullptr) {
+__device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* omap = nullptr,
+                                               [[maybe_unused]] const void* kvmap = nullptr) {
 #if AXIAL_FUSED_SM90  // (sm_90a device code only, as the kernels' bodies: the host pass never sees it)
   // TB: the bias; TM: the mask, by a select per score, or TMM: on the tensor cores.
   constexpr bool TB = (TERMS & kTermBias) != 0, TM = (TERMS & kTermMask) != 0, TMM = (TERMS & kTermMaskMma) != 0;
@@ -202,6 +211,9 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
   static_assert(EXTRAS || TERMS == 0, "the terms are an EXTRAS variant's");
   static_assert(!TMM || (TM && std::is_same<T, __nv_bfloat16>::value), "the tensor cores' mask: bfloat16's range");
   constexpr int BM = C::BM, MT = C::MT, BN = C::BN, HD = C::HD, RB = C::RB, SW = C::SW, CH = RB / 16;
+  // KVT (AttnSm90::KV_TMA): the queries, keys and values by tensor-map copies from `kvmap` (the
+  // scratch as [sequences, L, ld], boxes of HD x 64 x 1, rows past L read as zeros).
+  constexpr bool KVT = OTMA && C::KV_TMA;
 #ifdef AXIAL_FUSED_PHASE_CLOCK
   long long phase_[7] = {}, phase_last_ = clock64();
 #endif
@@ -209,7 +221,8 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
   int64_t* xo = reinterpret_cast<int64_t*>(smem_raw);  // BM row offsets into x (-1: past the end)
   int64_t* oo = xo + BM;                               // ... into out
   [[maybe_unused]] const uint32_t ones = smem_u32(smem_raw + C::OFFS);  // TMM: [wg] the mask's A tiles
-  unsigned char* base = smem_raw + C::OFFS + C::ONES;
+  [[maybe_unused]] const uint32_t kv_bars = smem_u32(smem_raw + C::OFFS + C::ONES);  // KVT: [wg][SW <= 4] mbarriers
+  unsigned char* base = smem_raw + C::OFFS + C::ONES + C::KV_BARS;
   base += (1024 - (smem_u32(base) & 1023)) & 1023;
   T* O = reinterpret_cast<T*>(base);
   unsigned char* qbuf = base + C::O_BYTES;                   // [wg][2] query buffers
@@ -299,14 +312,27 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
     }
   };
   Cursor kc, vc;
+  // KVT: the copy group being requested (its mbarrier kv_bars + wg * 32 + 8 gs; groups as the cp.async
+  // ones below), and rows [row0, row0 + rows) of column block `col` into it, by boxes of 64 rows.
+  [[maybe_unused]] int gs = 0;
+  [[maybe_unused]] auto tma_rows = [&](uint32_t dst, int row0, int rows, int col) {
+    for (int b = 0; b < rows / 64; ++b)
+      tma_load_3d(dst + b * 64 * RB, kvmap, col, row0 + b * 64, int(s), kv_bars + wg * 32 + 8 * gs);
+  };
   // The next chunk's keys (with its head's queries at its first tile, and with LAG = 0 its values,
   // each row's k and v copied together).
   auto load_keys = [&] {
     if (kc.i < nh) {
       const int kt = kc.tile(nkt), h = 2 * kc.i + wg;
-      if (kc.n == 0) copy_rows(q_base + (kc.i & 1) * C::Q_BYTES, q0, QRows{}, h * HD);
+      if (!KVT && kc.n == 0) copy_rows(q_base + (kc.i & 1) * C::Q_BYTES, q0, QRows{}, h * HD);
       const uint32_t st = r_base + kc.s * C::STAGE;
-      if (kt * BN + BN <= L) {
+      if constexpr (KVT) {
+        if (wtid == 0) {
+          if (kc.n == 0) tma_rows(q_base + (kc.i & 1) * C::Q_BYTES, q0, BM, h * HD);
+          tma_rows(st, kt * BN, BN, D + h * HD);
+          if constexpr (LAG == 0) tma_rows(st + BN * RB, kt * BN, BN, 2 * D + h * HD);
+        }
+      } else if (kt * BN + BN <= L) {
         const T* from = src0 + int64_t(kt * BN) * ld + D + h * HD;
 #pragma unroll
         for (int pass = 0; pass < BN / RPP; ++pass) {
@@ -329,7 +355,9 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
     if (vc.i < nh) {
       const int kt = vc.tile(nkt), col = 2 * D + (2 * vc.i + wg) * HD;
       const uint32_t st = r_base + vc.s * C::STAGE + BN * RB;
-      if (kt * BN + BN <= L) {
+      if constexpr (KVT) {
+        if (wtid == 0) tma_rows(st, kt * BN, BN, col);
+      } else if (kt * BN + BN <= L) {
         const T* from = src0 + int64_t(kt * BN) * ld + col;
 #pragma unroll
         for (int pass = 0; pass < BN / RPP; ++pass) cp_async16_shared(st + dst0 + pass * RPP * RB, from + pass * RPP * ld);
@@ -340,9 +368,20 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
     }
   };
   auto load = [&](bool values = true) {  // one copy group (possibly empty: one per chunk)
+    if constexpr (KVT) {  // its bytes expected on its mbarrier first
+      if (wtid == 0) {
+        uint32_t bytes = kc.i < nh ? (kc.n == 0 ? BM * RB : 0) + (LAG == 0 ? 2 : 1) * BN * RB : 0;
+        if (LAG == 1 && values && vc.i < nh) bytes += BN * RB;
+        mbar_arrive_expect_tx(kv_bars + wg * 32 + 8 * gs, bytes);
+      }
+    }
     load_keys();
     if (LAG == 1 && values) load_values();
-    cp_async_commit();
+    if constexpr (KVT) {
+      gs = gs + 1 == SW ? 0 : gs + 1;
+    } else {
+      cp_async_commit();
+    }
   };
   // The gate's factors (K1 stores sigmoid(g)) of this warpgroup's heads into their places in the
   // output tile: each head's output is multiplied by them as it is stored there, by the threads that
@@ -363,12 +402,20 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
       }
     }
   };
-  const bool gated = EXTRAS && SPLIT == 0 && p.gated, gate_late = gated && la >= 2;  // (la >= 2: nkt >= 2)
+  const bool gated = EXTRAS && SPLIT == 0 && p.gated, gate_late = !KVT && gated && la >= 2;  // (la >= 2: nkt >= 2)
   if (gated && !gate_late) {
     gate_copy();
     cp_async_commit();
   }
-  for (int j = 0; j < la; ++j) {
+  if constexpr (KVT) {
+    static_assert(SW <= 4 && LA > 0, "four mbarriers a warpgroup; a group requested at each chunk start");
+    if (wtid == 0) {
+      for (int k = 0; k < SW; ++k) mbar_init(kv_bars + wg * 32 + 8 * k, 1);
+      fence_mbar_init_cluster();
+    }
+    warpgroup_sync(wg);  // the mbarriers initialised
+    for (int j = 0; j < la; ++j) load(LAG == 0 || j > 0);
+  } else for (int j = 0; j < la; ++j) {
     if (C::BSLOT && j > 0) cp_async_commit();  // (empty: the place of a unit's bias group, issue_bias)
     if (j == 1 && gate_late) gate_copy();
     load(LAG == 0 || j > 0);  // (with LAG, the first group holds chunk 0's keys alone)
@@ -402,7 +449,13 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
     cp_async_commit();
   };
   [[maybe_unused]] auto load_terms = [&](float (&acc)[BN / 2], int h, int kt, int M) {
-    if constexpr (C::BSLOT) cp_async_wait<1>();  // this unit's bias group (the chunk's group came after it)
+    if constexpr (C::BSLOT) {  // this unit's bias group (the chunk's group came after it; KVT: none)
+      if constexpr (KVT) {
+        cp_async_wait<0>();
+      } else {
+        cp_async_wait<1>();
+      }
+    }
 #pragma unroll
     for (int ch = 0; ch < BN / 64; ++ch) {
       const int k0 = kt * BN + ch * 64 + t * 16;
@@ -439,6 +492,8 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
   // compile-time count where the head has more tiles than LA (every head but the shortest ones).
   const int waits = C::BSLOT ? 2 * la - 1 : la - 1;
   constexpr int WAITS = C::BSLOT ? 2 * LA - 1 : LA - 1;
+  // KVT: copy group g's mbarrier and phase.
+  [[maybe_unused]] auto wait_group = [&](int g) { mbar_wait(kv_bars + wg * 32 + 8 * (g % SW), uint32_t(g / SW) & 1u); };
   auto wait_chunk = [&] {
     if constexpr (LA > 0) {
       if (la == LA) {
@@ -475,7 +530,12 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
     // returns the chunk's stage.
     auto tile_start = [&](int n) {
       const int j = i * nkt + n;
-      if constexpr (LA == 0) {  // no room to run ahead (SW = 2, LAG = 0): load the chunk now, into chunk j - 2's stage
+      if constexpr (KVT) {
+        if constexpr (TMM) fence_proxy_async();  // the mask rows this thread wrote
+        warpgroup_sync(wg);  // chunk j - 1's S and chunk j - 2's P V are done: their rows are free
+        load();
+        wait_group(j);  // chunk j's keys and chunk j - LAG's values
+      } else if constexpr (LA == 0) {  // no room to run ahead (SW = 2, LAG = 0): load the chunk now, into chunk j - 2's stage
         warpgroup_sync(wg);
         load();
         cp_async_wait<0>();
@@ -559,7 +619,13 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
       if constexpr (MT == 2) unit(std::false_type{}, Half1{}, std::false_type{}, stage, n - 1);
     }
     // Drain: the last unit's P V (with LAG, once the last chunk's values, the oldest group in flight, are in).
-    if constexpr (LAG == 1) {
+    if constexpr (KVT) {
+      if constexpr (LAG == 1) wait_group(i * nkt + nkt);  // (the group the next head's first chunk waits for too)
+      if (gated && i == 0) {  // the gate's factors (this warpgroup's copies), first read below
+        cp_async_wait<0>();
+        warpgroup_sync(wg);
+      }
+    } else if constexpr (LAG == 1) {
       wait_chunk();
       fence_proxy_async();
       warpgroup_sync(wg);
@@ -682,13 +748,15 @@ __global__ void __launch_bounds__(256, 1) attn_sm90_split_kernel(const __grid_co
 #endif
 }
 
-// The output projection's weight by tensor-map copies (AttnSm90::OUT_TMA); `omap` as attn_sm90_body says.
+// The output projection's weight by tensor-map copies (AttnSm90::OUT_TMA), and with KV_TMA the
+// queries, keys and values; `omap` and `kvmap` as attn_sm90_body says.
 template <class T, int D, int HEADS, bool EXTRAS = false, int TERMS = 0>
 __global__ void __launch_bounds__(256, AttnSm90<T, D, HEADS, 0, TERMS>::MINB)
-    attn_sm90_otma_kernel(const __grid_constant__ PassParams p, const __grid_constant__ CUtensorMap omap) {
+    attn_sm90_otma_kernel(const __grid_constant__ PassParams p, const __grid_constant__ CUtensorMap omap,
+                          const __grid_constant__ CUtensorMap kvmap) {
 #if AXIAL_FUSED_SM90
   pdl_entry();
-  attn_sm90_body<T, D, HEADS, true, 0, EXTRAS, TERMS>(p, &omap);
+  attn_sm90_body<T, D, HEADS, true, 0, EXTRAS, TERMS>(p, &omap, &kvmap);
 #else
   __trap();
 #endif

@@ -115,6 +115,16 @@ __device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const void* 
 #endif
 }
 
+// One box of a 3-D tensor map into this block's shared memory (`dst`), completing on mbarrier `bar`.
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const void* map, int c0, int c1, int c2, uint32_t bar) {
+#if AXIAL_FUSED_SM90
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(
+          dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
+#endif
+}
 // One box of a 2-D tensor map into this block's shared memory (`dst`), completing on mbarrier `bar`.
 __device__ __forceinline__ void tma_load_2d(uint32_t dst, const void* map, int c0, int c1, uint32_t bar) {
 #if AXIAL_FUSED_SM90
