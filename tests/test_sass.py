@@ -200,6 +200,16 @@ def test_attention_tiles_come_by_tensor_map_copies(tmp_path):
     assert all(loop[2] >= 1 and loop[-1] == 0 for name, loop in loops.items() if "otma" not in name), out
 
 
+def test_tensor_map_tiles_experiment_covers_every_projection_kernel(tmp_path):
+    # Experiment -DAXIAL_FUSED_KV_TMA_ALL (default off while it is measured): at 256x4 (head_dim 64,
+    # 128-query blocks, a ring with no room to run ahead) every tensor-map projection kernel's key-tile
+    # loop takes its tiles by tensor-map copies, with no cp.async (783 -> 586 instructions plain).
+    out = _sass_loops(tmp_path, ["-DAXIAL_FUSED_KV_TMA_ALL=1"], "--all", "--count", "UTMALDG",
+                      kernel="attn_sm90_otma", source=ROOT / "kernels" / "axial_bf16_d256_h4.cu")
+    loops = _key_tile_loops(out, _LOOP + r", (\d+) matching")
+    assert len(loops) >= 5 and all(loop[2] == 0 and loop[4] >= 1 and loop[-1] >= 1 for loop in loops.values()), out
+
+
 def test_attention_descriptors_are_built_on_the_uniform_datapath(tmp_path):
     # The warpgroup index is broadcast from lane 0 (sync.cuh's warp_uniform), so the attention kernels'
     # key-tile loops compute their stages' and descriptors' addresses on the uniform datapath, with no

@@ -68,7 +68,14 @@ struct AttnSm90 {
   // MROW_BYTES past the ring, so the allocation keeps that much after it.
   static constexpr size_t MROW_TAIL = MROW_BYTES;
   // KV_BARS (KV_TMA below): each warpgroup's mbarriers of its copy groups, one a ring stage.
+  // Experiment -DAXIAL_FUSED_KV_TMA_ALL (default off, not yet run on a GPU): KV_TMA in every
+  // tensor-map projection kernel (float16, and 192x6 and 256x4's 128-query blocks, whose two-stage
+  // ring has no room to run ahead).
+#ifdef AXIAL_FUSED_KV_TMA_ALL
+  static constexpr size_t KV_BARS = SPLIT ? 0 : 64;
+#else
   static constexpr size_t KV_BARS = PAIR && std::is_same<T, __nv_bfloat16>::value ? 64 : 0;
+#endif
   // Per warpgroup: two query buffers (this head's, the next one's) and SW ring stages.
   static constexpr size_t FIXED0 = 1024 + OFFS + ONES + KV_BARS + O_BYTES + 2 * 2 * Q_BYTES + MROW_TAIL;
   static constexpr int MINB = PAIR && FIXED0 + 2 * 2 * STAGE <= 113 * 1024 ? 2 : 1;
@@ -409,7 +416,7 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
     cp_async_commit();
   }
   if constexpr (KVT) {
-    static_assert(SW <= 4 && LA > 0, "four mbarriers a warpgroup; a group requested at each chunk start");
+    static_assert(SW <= 4, "four mbarriers a warpgroup");
     if (wtid == 0) {
       for (int k = 0; k < SW; ++k) mbar_init(kv_bars + wg * 32 + 8 * k, 1);
       fence_mbar_init_cluster();
@@ -534,8 +541,12 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
       if constexpr (KVT) {
         if constexpr (TMM) fence_proxy_async();  // the mask rows this thread wrote
         warpgroup_sync(wg);  // chunk j - 1's S and chunk j - 2's P V are done: their rows are free
-        load();
+        load();  // (LA = 0: chunk j's own group, into chunk j - 2's stage)
         wait_group(j);  // chunk j's keys and chunk j - LAG's values
+        if constexpr (LA == 0 && TMM) {  // chunk j's mask rows, just written
+          fence_proxy_async();
+          warpgroup_sync(wg);
+        }
       } else if constexpr (LA == 0) {  // no room to run ahead (SW = 2, LAG = 0): load the chunk now, into chunk j - 2's stage
         warpgroup_sync(wg);
         load();
