@@ -332,7 +332,9 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
   auto load_keys = [&] {
     if (kc.i < nh) {
       const int kt = kc.tile(nkt), h = 2 * kc.i + wg;
-      if (!KVT && kc.n == 0) copy_rows(q_base + (kc.i & 1) * C::Q_BYTES, q0, QRows{}, h * HD);
+      if constexpr (!KVT) {
+        if (kc.n == 0) copy_rows(q_base + (kc.i & 1) * C::Q_BYTES, q0, QRows{}, h * HD);
+      }
       const uint32_t st = r_base + kc.s * C::STAGE;
       if constexpr (KVT) {
         if (wtid == 0) {
