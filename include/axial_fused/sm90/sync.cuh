@@ -125,6 +125,7 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const void* map, int c
       : "memory");
 #endif
 }
+
 // One box of a 2-D tensor map into this block's shared memory (`dst`), completing on mbarrier `bar`.
 __device__ __forceinline__ void tma_load_2d(uint32_t dst, const void* map, int c0, int c1, uint32_t bar) {
 #if AXIAL_FUSED_SM90
