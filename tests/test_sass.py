@@ -175,7 +175,7 @@ def _key_tile_loops(out: str, pattern: str = _LOOP) -> dict[str, tuple[int, ...]
 
 
 def test_attention_key_tile_loop_has_one_chunk_start(tmp_path):
-    # Each Hopper attention kernel's key-tile loop (its innermost loop with products and cp.async)
+    # Each Hopper attention kernel's key-tile loop (its innermost loop with products and requests)
     # holds one warpgroup barrier, its chunk start's: the path for a ring with no room to run ahead
     # (two barriers and a second copy of the requests) is compiled only where it runs (LA = 0, not at
     # 128x4), and the chunk start waits for a compile-time count of copy groups (3 barriers a loop at
