@@ -185,12 +185,14 @@ def test_attention_key_tile_loop_has_one_chunk_start(tmp_path):
     assert len(loops) >= 2 and all(loop[3] == 1 for loop in loops.values()), out
 
 
-def test_attention_tiles_come_by_tensor_map_copies(tmp_path):
-    # AttnSm90::KV_TMA (at 128x4 in bfloat16): the tensor-map output projection's kernel takes its
-    # queries, keys and values by tensor-map copies (UTMALDG) from one thread and waits on mbarriers;
-    # its key-tile loops hold no cp.async but the bias slot's (the mask + bias variants'), the plain
-    # variant's none. The cp.async kernel keeps its ring.
-    out = _sass_loops(tmp_path, [], "--all", "--count", "UTMALDG", kernel="attn_sm90")
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_attention_tiles_come_by_tensor_map_copies(tmp_path, dtype):
+    # AttnSm90::KV_TMA (at 128x4, both 16-bit dtypes): the tensor-map output projection's kernel takes
+    # its queries, keys and values by tensor-map copies (UTMALDG) from one thread and waits on
+    # mbarriers; its key-tile loops hold no cp.async but the bias slot's (the mask + bias variants'),
+    # the plain variant's none. The cp.async kernel keeps its ring.
+    out = _sass_loops(tmp_path, [], "--all", "--count", "UTMALDG", kernel="attn_sm90",
+                      source=ROOT / "kernels" / f"axial_{dtype}_d128_h4.cu")
     loops = _key_tile_loops(out, _LOOP + r", (\d+) matching")
     otma = {name: loop for name, loop in loops.items() if "otma" in name}
     plain = [loop for name, loop in otma.items() if "ELb0ELi0E" in name]
@@ -198,16 +200,6 @@ def test_attention_tiles_come_by_tensor_map_copies(tmp_path):
     assert all(loop[4] >= 1 and loop[-1] >= 1 and loop[2] <= 4 for loop in otma.values()), out
     assert plain[0][2] == 0, out
     assert all(loop[2] >= 1 and loop[-1] == 0 for name, loop in loops.items() if "otma" not in name), out
-
-
-def test_tensor_map_tiles_experiment_covers_every_projection_kernel(tmp_path):
-    # Experiment -DAXIAL_FUSED_KV_TMA_ALL (default off while it is measured): at 256x4 (head_dim 64,
-    # 128-query blocks, a ring with no room to run ahead) every tensor-map projection kernel's key-tile
-    # loop takes its tiles by tensor-map copies, with no cp.async (783 -> 586 instructions plain).
-    out = _sass_loops(tmp_path, ["-DAXIAL_FUSED_KV_TMA_ALL=1"], "--all", "--count", "UTMALDG",
-                      kernel="attn_sm90_otma", source=ROOT / "kernels" / "axial_bf16_d256_h4.cu")
-    loops = _key_tile_loops(out, _LOOP + r", (\d+) matching")
-    assert len(loops) >= 5 and all(loop[2] == 0 and loop[4] >= 1 and loop[-1] >= 1 for loop in loops.values()), out
 
 
 def test_attention_descriptors_are_built_on_the_uniform_datapath(tmp_path):

@@ -68,14 +68,7 @@ struct AttnSm90 {
   // MROW_BYTES past the ring, so the allocation keeps that much after it.
   static constexpr size_t MROW_TAIL = MROW_BYTES;
   // KV_BARS (KV_TMA below): each warpgroup's mbarriers of its copy groups, one a ring stage.
-  // Experiment -DAXIAL_FUSED_KV_TMA_ALL (default off, not yet run on a GPU): KV_TMA in every
-  // tensor-map projection kernel (float16, and 192x6 and 256x4's 128-query blocks, whose two-stage
-  // ring has no room to run ahead).
-#ifdef AXIAL_FUSED_KV_TMA_ALL
-  static constexpr size_t KV_BARS = SPLIT ? 0 : 64;
-#else
-  static constexpr size_t KV_BARS = PAIR && std::is_same<T, __nv_bfloat16>::value ? 64 : 0;
-#endif
+  static constexpr size_t KV_BARS = PAIR ? 64 : 0;
   // Per warpgroup: two query buffers (this head's, the next one's) and SW ring stages.
   static constexpr size_t FIXED0 = 1024 + OFFS + ONES + KV_BARS + O_BYTES + 2 * 2 * Q_BYTES + MROW_TAIL;
   static constexpr int MINB = PAIR && FIXED0 + 2 * 2 * STAGE <= 113 * 1024 ? 2 : 1;
@@ -112,8 +105,8 @@ struct AttnSm90 {
   // The tensor-map output projection's kernel at PAIR: its queries, keys and values by tensor-map
   // copies too, from the warpgroup's thread 0, each copy group completing on its mbarrier (no copy
   // instructions in the threads, no cp.async wait or proxy fence a tile: msa's attention 5% faster,
-  // tri_384's 7%, docs/performance.md). (bfloat16, the form measured and tested on the H200; float16
-  // keeps the cp.async ring.)
+  // tri_384's 7%, docs/performance.md). Not in the 128-query blocks (256x4, 192x6): there the
+  // two-stage ring has no room to run ahead, and at 256x4 the plain pass measured slower.
   static constexpr bool KV_TMA = KV_BARS > 0 && OUT_TMA;
   static constexpr bool SERVED =
       (HD == 32 || HD == 64) && (SPLIT ? SW >= 3 : D % (64 * WGN) == 0 && SW >= 2 && OUT_S >= 3);
@@ -418,7 +411,7 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
     cp_async_commit();
   }
   if constexpr (KVT) {
-    static_assert(SW <= 4, "four mbarriers a warpgroup");
+    static_assert(SW <= 4 && LA > 0, "four mbarriers a warpgroup; a group requested at each chunk start");
     if (wtid == 0) {
       for (int k = 0; k < SW; ++k) mbar_init(kv_bars + wg * 32 + 8 * k, 1);
       fence_mbar_init_cluster();
@@ -543,12 +536,8 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
       if constexpr (KVT) {
         if constexpr (TMM) fence_proxy_async();  // the mask rows this thread wrote
         warpgroup_sync(wg);  // chunk j - 1's S and chunk j - 2's P V are done: their rows are free
-        load();  // (LA = 0: chunk j's own group, into chunk j - 2's stage)
+        load();
         wait_group(j);  // chunk j's keys and chunk j - LAG's values
-        if constexpr (LA == 0 && TMM) {  // chunk j's mask rows, just written
-          fence_proxy_async();
-          warpgroup_sync(wg);
-        }
       } else if constexpr (LA == 0) {  // no room to run ahead (SW = 2, LAG = 0): load the chunk now, into chunk j - 2's stage
         warpgroup_sync(wg);
         load();
