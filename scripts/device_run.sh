@@ -54,8 +54,11 @@ if [[ $what == validate ]]; then
   # (by default without tests/test_sass.py: it compiles and disassembles on the CPU, about five minutes
   # here, and CI runs it)
   [[ $# -gt 0 ]] || set -- tests --ignore=tests/test_sass.py
-  AXIAL_FUSED_TEST_TIMES=/tmp/test_times.txt timeout "$left" python3 -m pytest -q -p no:cacheprovider "$@" \
-    > "$OUT/pytest.log" 2>&1
+  # (PyTorch's CPU threads held to 4 beside the sanitizers' processes: with all 16 the float64
+  # gradcheck of test_features.py took 199 s there, 7 s alone on the 2-core machine; beside a busy
+  # core there, 40 s with its 2 threads and 12 s with 1: an oversubscribed thread pool)
+  OMP_NUM_THREADS=${VALIDATE_THREADS:-4} AXIAL_FUSED_TEST_TIMES=/tmp/test_times.txt timeout "$left" \
+    python3 -m pytest -q -p no:cacheprovider "$@" > "$OUT/pytest.log" 2>&1
   echo "pytest rc=$?"; tail -3 "$OUT/pytest.log"
   # (the slowest tests that ran, also when the suite was cut short: tests/conftest.py)
   sort -rn /tmp/test_times.txt 2>/dev/null | head -40 > "$OUT/test_times.txt"
