@@ -228,6 +228,7 @@ void run_pass(const SpecInfo* spec, const Tensor& in, const Tensor& out, const P
   }
   p.w_qkv = w_qkv.data_ptr();
   p.qkv_bias = qkv_bias.defined() ? qkv_bias.data_ptr() : nullptr;
+  p.qkv_bias_from = p.gated && !w.qkv_b.defined() ? int(3 * D) : 0;
   p.residual = extras.residual ? 1 : 0;
   p.eps = float(eps);
   p.scale_log2 = float(1.4426950408889634 / std::sqrt(double(D / spec->heads)));

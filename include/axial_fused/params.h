@@ -47,6 +47,7 @@ struct PassParams {
   // 3D .. 4D - 1. qkv_bias [nq] (null: none) is added to that product.
   int nq;
   int gated;               // nq == 4D
+  int qkv_bias_from;       // qkv_bias's first column that is not zero: 0, or 3D (a bias on the gate alone)
   int residual;            // 1: out = x + update; 0: out = update (out_proj(o) + b_out)
   const void* qkv_bias;
   // Key mask (null: none): key l of sequence s is present where mask[(s / seq_inner) * m_stride_outer

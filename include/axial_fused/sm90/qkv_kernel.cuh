@@ -159,7 +159,7 @@ __device__ __forceinline__ void ln_qkv_sm90_body(const PassParams& p, const void
            phase_[0], phase_[1]);
 #endif
   wg_gemm_ws_consume<T, C::WGM, C::WGN, C::BNW, D, SB, C::KW, NFIX, TMA, KR, C::S>(
-      A, ws, full, empty, store, nq, EXTRAS ? static_cast<const T*>(p.qkv_bias) : nullptr);
+      A, ws, full, empty, store, nq, EXTRAS ? static_cast<const T*>(p.qkv_bias) : nullptr, p.qkv_bias_from);
   if constexpr (TMA) cluster_sync();
 }
 

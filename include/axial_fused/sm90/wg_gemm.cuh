@@ -264,7 +264,7 @@ __device__ __forceinline__ void ws_step(float (&acc)[BNW / 2], uint32_t a_base, 
 template <class T, int WGM, int WGN, int BNW, int K, int S, int KW, int NFIX, bool TMA = false, int KR = 0, int S0 = S,
           class Epi>
 __device__ __forceinline__ void wg_gemm_ws_consume(const T* A, const T* ws, uint32_t full, uint32_t empty, Epi&& epi,
-                                                   int n, const T* bias) {
+                                                   int n, const T* bias, int bias_from) {
   const int N = NFIX > 0 ? NFIX : n;
   // Two warpgroups: each `empty` mbarrier expects one arrival from each of their 8 warps.
   static_assert(WGM * WGN == 2 && (BNW == 64 || BNW == 128) && S >= 2 && KW == 32,
@@ -330,7 +330,14 @@ __device__ __forceinline__ void wg_gemm_ws_consume(const T* A, const T* ws, uint
     AXIAL_PHASE(1);
     if (lane == 0) ws_release<TMA>(empty + 8 * (((nc + 1) * KC - 1) % S));  // the column chunk's last stage
     const int n0 = nc * CN + wn * BNW;
-    if (NFIX == 0 && bias) {  // (into a copy: writing the accumulators themselves makes ptxas fence the wgmma)
+#ifdef AXIAL_FUSED_K1_BIAS_FROM
+    // Experiment (default off while it is measured): the column chunks before bias_from (a gate's bias
+    // alone: q, k and v) stored without the bias's loads and adds.
+    const bool add_bias = bias && n0 >= bias_from;
+#else
+    const bool add_bias = bias != nullptr;
+#endif
+    if (NFIX == 0 && add_bias) {  // (into a copy: writing the accumulators themselves makes ptxas fence the wgmma)
       float ov[BNW / 2];
 #pragma unroll
       for (int j = 0; j < BNW / 8; ++j) {
