@@ -55,8 +55,8 @@ if [[ $what == validate ]]; then
   # here, and CI runs it)
   [[ $# -gt 0 ]] || set -- tests --ignore=tests/test_sass.py
   # (PyTorch's CPU threads held to 4 beside the sanitizers' processes: with all 16 the float64
-  # gradcheck of test_features.py took 199 s there, 7 s alone on the 2-core machine; beside a busy
-  # core there, 40 s with its 2 threads and 12 s with 1: an oversubscribed thread pool)
+  # gradcheck of test_features.py took 199 s here; on the 2-core CPU machine it takes 7 s alone, and
+  # beside one busy core 40 s with 2 threads, 12 s with 1: an oversubscribed thread pool)
   OMP_NUM_THREADS=${VALIDATE_THREADS:-4} AXIAL_FUSED_TEST_TIMES=/tmp/test_times.txt timeout "$left" \
     python3 -m pytest -q -p no:cacheprovider "$@" > "$OUT/pytest.log" 2>&1
   echo "pytest rc=$?"; tail -3 "$OUT/pytest.log"

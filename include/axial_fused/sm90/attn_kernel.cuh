@@ -9,13 +9,13 @@
 // a warpgroup streams the sequence's keys and values in tiles of BN (128 at head_dim 32, 64 at 64)
 // through a ring (cp.async, or tensor-map copies where AttnSm90::KV_TMA), each tile's k and v rows
 // copied as they lie in the scratch (RB = 64 or 128 bytes per row, swizzled): k is the K-major B
-// operand of S = q k^T, v the N-major B operand of P V (TRANS_B), so nothing is transposed. Per tile
-// and 64-query half (a "unit"): S (wgmma, q and k from shared memory), masked online softmax in
-// registers (max and sum in log2 units, the scale folded into the exponent), O_h = O_h * alpha + P V
-// (wgmma, P from registers), each unit's S issued before the previous unit's P V (FlashAttention-3's
-// order; ptxas waits for that P V before the exponentials, so the row maxima overlap it,
-// docs/performance.md). After the last tile O_h / rowsum goes into head h's columns of the SW128
-// output tile, and once every head is done the block runs
+// operand of S = q k^T, v the N-major B operand of P V (TRANS_B), so nothing is transposed. Per
+// tile and 64-query half (a "unit"): S (wgmma, q and k from shared memory), masked online softmax
+// in registers (max and sum in log2 units, the scale folded into the exponent), O_h = O_h * alpha +
+// P V (wgmma, P from registers), each unit's S issued before the previous unit's P V
+// (FlashAttention-3's order; ptxas waits for that P V before the exponentials, so the row maxima
+// overlap it, docs/performance.md). After the last tile O_h / rowsum goes into head h's columns of
+// the SW128 output tile, and once every head is done the block runs
 // out = O @ W_out^T + bias + x (wg_gemm, its weight ring in the key/value rings' space).
 //
 // The split form (SPLIT, at D >= 512) runs the attention alone and leaves the output projection to
