@@ -8,9 +8,9 @@
 # (the new form behind a default-off macro while it is measured; the loser deleted after)
 # AB_FLAGS_A / _B / _C: AXIAL_FUSED_NVCC_FLAGS of each build (A and B always built, with none by
 # default; C only when AB_FLAGS_C is set); AB_OLD_PATCH: a patch file (git diff OLD) that build A
-# takes back out, so that A is the old code (for a change that is not behind a flag); AB_SHAPES: feature_times shapes, space-separated (default
-# 1,1024,256,64,8); AB_SETS: its feature sets (default plain,mask,bias,mask+bias+gate); AB_BLOCKS:
-# protein blocks (default extra_msa; "" for none);
+# takes back out, so that A is the old code (a change not behind a flag); AB_SHAPES: feature_times
+# shapes, space-separated (default 1,1024,256,64,8); AB_SETS: its feature sets (default
+# plain,mask,bias,mask+bias+gate); AB_BLOCKS: protein blocks (default extra_msa; "" for none);
 # AB_TESTS: pytest arguments for the last build (default tests/test_features.py; "" for none; split at
 # spaces), AB_TESTS_K: its -k expression (may hold spaces), within AB_TEST_S seconds (default 150);
 # AB_STEP_S: each timing step's limit (default 120 s); AB_COLS: the feature lines' width (default 160).
@@ -24,7 +24,8 @@ old_patch=${AB_OLD_PATCH:+$(realpath "$AB_OLD_PATCH")}
 for v in "${variants[@]}"; do
   rm -rf "/tmp/ab$v" && mkdir "/tmp/ab$v" && cp -r src include kernels csrc setup.py pyproject.toml scripts tests "/tmp/ab$v/"
   if [[ $v == A && -n $old_patch ]]; then
-    (cd /tmp/abA && git apply -R "$old_patch") || { echo "A: $old_patch does not apply"; exit 1; }
+    (cd /tmp/abA && { git apply -R "$old_patch" 2>/dev/null || patch -s -R -p1 < "$old_patch"; }) ||
+      { echo "A: $old_patch does not apply"; exit 1; }
   fi
   flags=AB_FLAGS_$v
   (cd "/tmp/ab$v" && AXIAL_FUSED_NVCC_FLAGS=${!flags:-} python3 setup.py build_ext --inplace > build.log 2>&1
