@@ -224,10 +224,11 @@ def test_leading_dims_extra_kwargs_and_no_mask():
 
 
 def test_projection_weights_follow_every_change():
-    """The q/k/v/gate weights the pass reads (views of one shared tensor) follow every way a
-    parameter changes: .data writes (which bump no version counter), no_grad in-place updates,
-    load_state_dict (in place and with assign=True), a replaced parameter, a dtype conversion and a
-    deepcopy; each output against the float64 algorithm of the weights at that moment."""
+    """The weights the pass reads (the q/k/v/gate weights views of one shared tensor, all of them
+    kept between calls) follow every way a parameter changes: .data writes (which bump no version
+    counter), no_grad in-place updates, load_state_dict (in place and with assign=True), a replaced
+    parameter, a transposed view at the same address, a dtype conversion and a deepcopy; each output
+    against the float64 algorithm of the weights at that moment."""
     import copy
     _, mod, (m, z, mask), _ = cases("cpu")[0]
     check = lambda mod, tol=1e-5: rel_err(mod(m, z, mask).double(), torch.stack(
@@ -247,6 +248,17 @@ def test_projection_weights_follow_every_change():
         mod.load_state_dict(randomise(protein.MSARowAttentionWithPairBias(64, 16, 16, 4), 21).state_dict(),
                             assign=True)
         assert mha is mod.mha and mha._shared() and check(mod)
+        norm = mod.layer_norm_m
+        assert mha.pass_weights(norm)[0] is mha.pass_weights(norm)[0]  # (kept while nothing changes)
+        norm.weight.data = 1 + 0.3 * torch.randn(64)  # (the same parameter object, new storage)
+        mha.linear_o.bias.data = 0.3 * torch.randn(64)
+        assert check(mod)
+        mha.linear_o.weight = torch.nn.Parameter(torch.randn(64, 64) / 8)
+        assert check(mod)
+        mha.linear_k.weight.data = mha.linear_k.weight.data.t()  # (the same pointer, another layout)
+        assert not mha._shared() and check(mod)
+        mod.load_state_dict(mod.state_dict(), assign=True)
+        assert mha._shared() and check(mod)
         mha.linear_q.weight = torch.nn.Parameter(torch.randn(64, 64) / 8)
         assert not mha._shared() and check(mod)
         twin = copy.deepcopy(mod)
@@ -255,6 +267,28 @@ def test_projection_weights_follow_every_change():
         assert mha._shared() and mha.linear_q.weight.dtype == torch.float64
         m, z = m.double(), z.double()
         assert check(mod, 1e-12)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=gpu)])
+@pytest.mark.parametrize("name", ["msa_row", "tri_end"])
+def test_modules_compile_fullgraph(name, device):
+    """torch.compile(fullgraph=True) of a module (as a compiled OpenFold-style model traces it): no
+    graph break, and the eager call's result. On the GPU in bfloat16 through the fused op (its fake
+    kernel while tracing); on the CPU through the PyTorch path. The pair bias and the column pass
+    with a transposed bias are both traced (msa_row, tri_end)."""
+    _, mod, inputs, _ = {c[0]: c for c in cases("cpu")}[name]
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    if device == "cuda" and not _compiled("bfloat16", inputs[0].shape[-1], mod.no_heads):
+        pytest.skip("bfloat16 spec not compiled")
+    mod = mod.to(device, dtype)
+    xs = [t.to(device, dtype) if t.dim() == 4 else t.to(device) for t in inputs]
+    torch._dynamo.reset()
+    with torch.no_grad(), warnings.catch_warnings():
+        if device == "cuda":
+            warnings.simplefilter("error", af.FusedFallbackWarning)
+        want = mod(*xs)
+        got = torch.compile(mod, fullgraph=True)(*xs)
+    assert rel_err(got.float(), want.float()) < (1e-2 if device == "cuda" else 1e-5)
 
 
 def test_c_hidden_not_matching_channels_falls_back():

@@ -403,6 +403,13 @@ def axial_pass(x: torch.Tensor, pass_weights: PassWeights, *, num_heads: int, ax
     pw = _as_pass(pass_weights, "pass_weights")
     dim = _check_pass(pw, "pass_weights")
     _check_heads(num_heads, dim)
+    return _run_pass(x, pw, dim, num_heads, axis, eps, mask, bias, residual, strict)
+
+
+def _run_pass(x, pw: PassWeights, dim: int, num_heads: int, axis: str, eps: float, mask, bias, residual: bool,
+              strict: bool) -> torch.Tensor:
+    """axial_pass once its weights are checked (_check_pass and _check_heads passed for dim and
+    num_heads; the protein modules check their cached weights once): the per-call checks and the call."""
     _check_eps(eps)
     _check_x(x, dim, pw.norm_weight)
     if mask is not None or bias is not None or residual is not True:

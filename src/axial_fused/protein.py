@@ -31,7 +31,7 @@ import torch.nn.functional as F
 
 from . import _ext
 from ._ops import DTYPE_NAMES, PAIR_BIAS_MAX_C, PAIR_BIAS_MAX_HEADS, call_checked
-from .functional import PassWeights, _arch_reason, _warn_once, axial_pass
+from .functional import PassWeights, _arch_reason, _check_heads, _check_pass, _run_pass, _warn_once, axial_pass
 from .reference import replace_absent
 
 __all__ = ["MSAAttention", "MSARowAttentionWithPairBias", "MSAColumnAttention", "TriangleAttention",
@@ -64,12 +64,15 @@ class Attention(nn.Module):
         self.register_load_state_dict_post_hook(_reshare)
 
     def _projections(self) -> tuple[torch.Tensor, ...]:
-        return (self.linear_q.weight, self.linear_k.weight, self.linear_v.weight, self.linear_g.weight,
-                self.linear_g.bias)
+        """(W_q, W_k, W_v, W_g, b_g, W_o, b_o), read from the modules' dicts (nn.Module.__getattr__
+        would be most of an eager call's host time here)."""
+        m = self._modules
+        q, k, v, g, o = (m[n]._parameters for n in ("linear_q", "linear_k", "linear_v", "linear_g", "linear_o"))
+        return q["weight"], k["weight"], v["weight"], g["weight"], g["bias"], o["weight"], o["bias"]
 
     def _share(self) -> None:
         """The four weights into one tensor and b_g after zeros, the parameters made views of them."""
-        *ws, g = self._projections()
+        *ws, g = self._projections()[:5]
         with torch.no_grad():
             W = torch.cat([w.detach() for w in ws])
             b = torch.cat([g.detach().new_zeros(3 * g.shape[0]), g.detach()])
@@ -79,10 +82,12 @@ class Attention(nn.Module):
             row += w.shape[0]
         g.data = b[3 * g.shape[0]:]
         self._W, self._b = W, b
+        self._cached = None
 
-    def _shared(self) -> bool:
-        """Whether the parameters are still views of self._W and self._b, in order."""
-        *ws, g = self._projections()
+    def _shared(self, ps: tuple[torch.Tensor, ...] | None = None) -> bool:
+        """Whether W_q, W_k, W_v, W_g and b_g (ps: _projections(), when the caller has it) are still
+        views of self._W and self._b, in order."""
+        *ws, g = (ps or self._projections())[:5]
         W, b = self._W, self._b
         if W.device != g.device or W.dtype != ws[0].dtype or b.dtype != g.dtype:
             return False
@@ -99,15 +104,36 @@ class Attention(nn.Module):
         self._share()
         return out
 
-    def stacked(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """W = [W_q; W_k; W_v; W_g] ([4 * hidden, c_in]) and b = [0; b_g] ([4 * hidden]): the shared
-        tensors themselves (no copy) where the parameters are their views and neither gradients nor
-        torch.compile's tracing need differentiable, traceable ops; otherwise stacked by a copy."""
-        ps = self._projections()
-        if not torch.compiler.is_compiling() and not (torch.is_grad_enabled() and any(t.requires_grad for t in ps)):
-            if self._shared():
-                return self._W, self._b
-        return torch.cat(ps[:4]), torch.cat([ps[4].new_zeros(3 * ps[4].shape[0]), ps[4]])
+    def pass_weights(self, norm: nn.LayerNorm) -> tuple[PassWeights, int | None]:
+        """The fused pass's weights with ``norm`` as its LayerNorm, and their D where they have been
+        checked (functional._check_pass and _check_heads; None: not checked). W = [W_q; W_k; W_v;
+        W_g] and b = [0; b_g] are the shared tensors themselves (no copy) where the parameters are
+        their views and neither gradients nor torch.compile's tracing need differentiable, traceable
+        ops; otherwise they are stacked by a copy. The shared form is built and checked once, then
+        kept while the pass's nine parameters are the same objects and the projections the same
+        views: in-place changes reach it through them, any other change builds it anew."""
+        n = norm._parameters
+        ps = (*self._projections(), n["weight"], n["bias"])
+        traced = torch.compiler.is_compiling() or (
+            torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in ps))
+        if not traced:
+            c = self._cached
+            if c is not None and all(a is b for a, b in zip(c[0], ps)) and self._shared(ps):
+                return c[1], c[2]
+        wq, wk, wv, wg, bg, wo, bo, nw, nb = ps
+        shared = not traced and self._shared(ps)
+        if shared:
+            W, b = self._W, self._b
+        else:
+            W, b = torch.cat((wq, wk, wv, wg)), torch.cat([bg.new_zeros(3 * bg.shape[0]), bg])
+        rows = 3 * wg.shape[0]
+        pw = PassWeights(nw, nb, W[:rows], wo, bo, qkv_bias=b[:rows], gate_weight=W[rows:], gate_bias=b[rows:])
+        if not shared:
+            return pw, None
+        dim = _check_pass(pw, "pass_weights")
+        _check_heads(self.no_heads, dim)
+        self._cached = (ps, pw, dim)
+        return pw, dim
 
 
 def _reshare(module: Attention, incompatible_keys) -> None:
@@ -148,17 +174,18 @@ def _kernels_run_on(device: int) -> bool:
 def _pair_bias(x: torch.Tensor, norm: nn.LayerNorm, linear: nn.Linear) -> torch.Tensor:
     """linear(norm(x)) moved head-major: [*, heads, I, J] for x [*, I, J, c]. One kernel on CUDA when
     x and the three weights share a float dtype and autocast is off; PyTorch's ops otherwise (the op
-    itself takes the PyTorch path when gradients are required)."""
-    w = linear.weight
-    if (x.is_cuda and x.dtype in DTYPE_NAMES and norm.weight is not None and norm.bias is not None
-            and norm.weight.dtype == norm.bias.dtype == w.dtype == x.dtype and x.shape[-1] <= PAIR_BIAS_MAX_C
-            and w.shape[0] <= PAIR_BIAS_MAX_HEADS and not torch.is_autocast_enabled("cuda")
-            and _kernels_run_on(x.device.index)):
-        op, args = torch.ops.axial_fused.pair_bias.default, (x.reshape(-1, *x.shape[-3:]), norm.weight, norm.bias, w,
-                                                             norm.eps)
+    itself takes the PyTorch path when gradients are required). The parameters are read from the
+    modules' dicts, as Attention._projections does."""
+    nw, nb, w = norm._parameters["weight"], norm._parameters["bias"], linear._parameters["weight"]
+    dt = x.dtype
+    if (x.is_cuda and dt in DTYPE_NAMES and nw is not None and nb is not None and nw.dtype == nb.dtype == w.dtype == dt
+            and x.shape[-1] <= PAIR_BIAS_MAX_C and w.shape[0] <= PAIR_BIAS_MAX_HEADS
+            and not torch.is_autocast_enabled("cuda") and _kernels_run_on(x.device.index)):
+        op, args = torch.ops.axial_fused.pair_bias.default, (x if x.dim() == 4 else x.reshape(-1, *x.shape[-3:]), nw,
+                                                             nb, w, norm.eps)
         grad = torch.is_grad_enabled() and any(t.requires_grad for t in args[:4])
         out = op(*args) if grad else call_checked(op, *args)
-        return out.reshape(*x.shape[:-3], *out.shape[-3:])
+        return out if x.dim() == 4 else out.reshape(*x.shape[:-3], *out.shape[-3:])
     return linear(norm(x)).movedim(-1, -3)
 
 
@@ -187,9 +214,10 @@ def _update(x: torch.Tensor, norm: nn.LayerNorm, mha: Attention, axis: str, mask
     """One pass's update over x [*, H, W, C] (mask [*, H, W], bias [*, heads, L, L] or None), fused
     where it can be."""
     lead, grid = x.shape[:-3], x.shape[-3:]
-    x4 = x.reshape(-1, *grid)
-    m4 = None if mask is None else mask.reshape(-1, *grid[:2])
-    b4 = None if bias is None else bias.reshape(-1, *bias.shape[-3:])
+    flat = x.dim() == 4  # (reshapes are views, yet a few µs of an eager call's host time)
+    x4 = x if flat else x.reshape(-1, *grid)
+    m4 = mask if mask is None or flat else mask.reshape(-1, *grid[:2])
+    b4 = bias if bias is None or flat else bias.reshape(-1, *bias.shape[-3:])
     if b4 is not None and b4.dtype not in (torch.float32, x.dtype):  # (the kernels take these two)
         b4 = b4.to(x.dtype)
     heads = mha.no_heads
@@ -198,12 +226,12 @@ def _update(x: torch.Tensor, norm: nn.LayerNorm, mha: Attention, axis: str, mask
                    f"({grid[-1]}); the fused kernels need them equal")
         out = _torch_pass(x4, norm, mha, axis, m4, b4)
     else:
-        w, b = mha.stacked()
-        n = 3 * mha.c_hidden * heads
-        pw = PassWeights(norm.weight, norm.bias, w[:n], mha.linear_o.weight, mha.linear_o.bias, qkv_bias=b[:n],
-                         gate_weight=w[n:], gate_bias=b[n:])
-        out = axial_pass(x4, pw, num_heads=heads, axis=axis, eps=norm.eps, mask=m4, bias=b4, residual=False)
-    return out.reshape(*lead, *grid)
+        pw, dim = mha.pass_weights(norm)
+        if dim is not None:
+            out = _run_pass(x4, pw, dim, heads, axis, norm.eps, m4, b4, False, False)
+        else:
+            out = axial_pass(x4, pw, num_heads=heads, axis=axis, eps=norm.eps, mask=m4, bias=b4, residual=False)
+    return out if flat else out.reshape(*lead, *grid)
 
 
 class MSAAttention(nn.Module):
