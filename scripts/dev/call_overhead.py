@@ -1,7 +1,7 @@
 """Where the CPU time of one eager call goes (GPU machine): the Python checks, the dispatcher call into
 the op, and the whole `axial_attention` call, timed on the host over many calls.
 
-    PYTHONPATH=src python3 scripts/dev/call_overhead.py [--after-compile]
+    PYTHONPATH=src python3 scripts/dev/call_overhead.py [--after-compile | --protein]
 
 A 1x1x1 grid keeps the GPU side (two launches, a few µs) below the host time, so the wall time per
 call is the host's; the seed shape shows what the benchmark's `fused` peer sees.
@@ -54,9 +54,51 @@ def after_compile(dim: int = 64, heads: int = 4) -> None:
         print(f"  {per_call_us(call):8.1f}  the same after gc.collect(); gc.freeze()")
 
 
+def protein_modules() -> None:
+    """The protein modules' eager calls at a small protein (N_res 64, N_seq 32, bfloat16): their
+    kernels take a few µs, so each call's wall time is its host time; the call's Python side alone
+    (the op and the pair-bias kernel left out: axial_fused.protein with both stubbed) beside it."""
+    from axial_fused import functional, protein
+    torch.manual_seed(0)
+    dt, n_res, n_seq = torch.bfloat16, 64, 32
+    m = torch.randn(1, n_seq, n_res, 256, device="cuda", dtype=dt)
+    z = torch.randn(1, n_res, n_res, 128, device="cuda", dtype=dt)
+    mask = torch.ones(1, n_seq, n_res, device="cuda", dtype=dt)
+    tmask = torch.ones(1, n_res, n_res, device="cuda", dtype=dt)
+    row = protein.MSARowAttentionWithPairBias(256, 128, 32, 8).to("cuda", dt).eval()
+    col = protein.MSAColumnAttention(256, 32, 8).to("cuda", dt).eval()
+    start = protein.TriangleAttentionStartingNode(128, 32, 4).to("cuda", dt).eval()
+    end = protein.TriangleAttentionEndingNode(128, 32, 4).to("cuda", dt).eval()
+    calls = {"MSARowAttentionWithPairBias": lambda: row(m, z, mask), "MSAColumnAttention": lambda: col(m, mask),
+             "TriangleAttentionStartingNode": lambda: start(z, tmask), "TriangleAttentionEndingNode": lambda: end(z, tmask)}
+    print(f"protein modules, N_seq {n_seq}, N_res {n_res}, bfloat16, inference_mode: µs per call")
+    with torch.inference_mode():
+        whole = {name: per_call_us(fn) for name, fn in calls.items()}
+        saved = functional.call_checked, protein.call_checked
+        biases = {}  # the pair-bias op's output per input, computed once
+
+        def stub(op, *args):
+            if op is torch.ops.axial_fused.pair_bias.default:
+                if args[0].data_ptr() not in biases:
+                    biases[args[0].data_ptr()] = saved[1](op, *args)
+                return biases[args[0].data_ptr()]
+            return args[0]
+
+        functional.call_checked = protein.call_checked = stub
+        try:
+            python = {name: per_call_us(fn) for name, fn in calls.items()}
+        finally:
+            functional.call_checked, protein.call_checked = saved
+    for name in calls:
+        print(f"  {whole[name]:8.1f}  {name} ({python[name]:.1f} of it Python, the kernels' calls stubbed)")
+
+
 def main() -> None:
     if "--after-compile" in sys.argv:
         after_compile()
+        return
+    if "--protein" in sys.argv:
+        protein_modules()
         return
     torch.manual_seed(0)
     dim, heads = 64, 4
