@@ -157,6 +157,21 @@ def test_fallback_reasons_on_cpu():
         af.fallback_reason(x, w.row, num_heads=4, axis="diag")
 
 
+def test_fallback_warning_names_the_callers_line():
+    """The fallback warning points at the user's call (the first frame outside axial_fused and
+    torch), whether it comes through the functional API, nn.Module calls or a protein module."""
+    from axial_fused import protein
+    w = make_weights(64, 4, torch.float32, seed=9)
+    x = torch.randn(1, 2, 2, 64)
+    calls = [lambda: af.axial_attention(x, w), lambda: af.axial_pass(x, w.row, num_heads=4, axis="row"),
+             lambda: af.AxialAttention(64, 4)(x), lambda: protein.MSAColumnAttention(64, 16, 4)(x)]
+    for call in calls:
+        af.functional._warned.clear()
+        with torch.no_grad(), pytest.warns(af.FusedFallbackWarning) as rec:
+            call()
+        assert [r.filename for r in rec] == [__file__]
+
+
 def test_fallback_warns_once_and_strict_raises():
     w = make_weights(64, 4, torch.float32, seed=9)
     x = torch.randn(1, 2, 2, 64)

@@ -10,6 +10,8 @@ included) after a one-time warning, or ``strict=True`` raises :class:`FusedUnava
 from __future__ import annotations
 
 import math
+import os
+import sys
 import warnings
 from typing import NamedTuple
 
@@ -284,14 +286,27 @@ def _fallback(reason: str, strict: bool) -> None:
     _warn_once(reason)
 
 
+_INTERNAL = (os.path.dirname(os.path.abspath(__file__)), os.path.dirname(os.path.abspath(torch.__file__)))
+
+
+def _caller_stacklevel() -> int:
+    """warnings.warn's stacklevel, called from the warning function, that names the first frame
+    outside this package and torch (nn.Module's call machinery): the user's line."""
+    f, level = sys._getframe(2), 2  # (level 2: the warning function's caller)
+    while f is not None and f.f_code.co_filename.startswith(_INTERNAL):
+        f, level = f.f_back, level + 1
+    return level
+
+
 @torch.compiler.assume_constant_result
 def _warn_once(reason: str) -> bool:
-    """Warn once per reason. Marked constant for torch.compile, which cannot trace warnings.warn: the
-    compiler runs it once while tracing, so a compiled call warns when its graph is built."""
+    """Warn once per reason, at the user's call. Marked constant for torch.compile, which cannot trace
+    warnings.warn: the compiler runs it once while tracing, so a compiled call warns when its graph
+    is built."""
     if reason not in _warned:
         _warned.add(reason)
         warnings.warn(f"axial_fused: computing with PyTorch ops instead of the fused kernels: {reason}",
-                      FusedFallbackWarning, stacklevel=4)
+                      FusedFallbackWarning, stacklevel=_caller_stacklevel())
     return True
 
 
