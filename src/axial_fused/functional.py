@@ -286,7 +286,7 @@ def _fallback(reason: str, strict: bool) -> None:
     _warn_once(reason)
 
 
-_INTERNAL = (os.path.dirname(os.path.abspath(__file__)), os.path.dirname(os.path.abspath(torch.__file__)))
+_INTERNAL = tuple(os.path.dirname(os.path.abspath(f)) + os.sep for f in (__file__, torch.__file__))
 
 
 def _caller_stacklevel() -> int:
