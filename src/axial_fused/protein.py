@@ -116,12 +116,11 @@ class Attention(nn.Module):
         ps = (*self._projections(), n["weight"], n["bias"])
         traced = torch.compiler.is_compiling() or (
             torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in ps))
-        if not traced:
-            c = self.__dict__.get("_cached")  # (absent in a module pickled by an older version)
-            if c is not None and all(a is b for a, b in zip(c[0], ps)) and self._shared(ps):
-                return c[1], c[2]
-        wq, wk, wv, wg, bg, wo, bo, nw, nb = ps
         shared = not traced and self._shared(ps)
+        c = self.__dict__.get("_cached")  # (absent in a module pickled by an older version)
+        if shared and c is not None and all(a is b for a, b in zip(c[0], ps)):
+            return c[1], c[2]
+        wq, wk, wv, wg, bg, wo, bo, nw, nb = ps
         if shared:
             W, b = self._W, self._b
         else:
