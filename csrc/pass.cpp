@@ -209,10 +209,12 @@ void run_pass(const SpecInfo* spec, const Tensor& in, const Tensor& out, const P
   p.ln_b = w.norm_b.data_ptr();
   p.w_out = w.out_w.data_ptr();
   p.b_out = w.out_b.data_ptr();
-  // The gate runs as a fourth block of the QKV product: W_qkv and W_g stacked, their biases too (a
-  // zero bias for whichever is absent). Where the gate's tensor already follows the q/k/v one in
-  // memory (the protein modules pass views of one stacked tensor) the product reads them in place;
-  // otherwise they are stacked here, kept alive until the launch is enqueued (stream-ordered frees).
+  // The gate runs as a fourth block of the QKV product: W_qkv and W_g stacked, and their biases,
+  // read from qkv_bias_from on: b_g alone where only the gate has a bias (from 3D: the q/k/v columns
+  // add nothing), both where both do (a zero block for the gate's where only q/k/v have one). Where
+  // the gate's tensor already follows the q/k/v one in memory (the protein modules pass views of one
+  // stacked weight) the product reads them in place; otherwise they are stacked here, kept alive
+  // until the launch is enqueued (stream-ordered frees).
   const auto follows = [](const Tensor& a, const Tensor& b) {  // (both contiguous by now)
     return static_cast<const char*>(b.data_ptr()) ==
            static_cast<const char*>(a.data_ptr()) + a.numel() * int64_t(a.element_size());
@@ -220,15 +222,18 @@ void run_pass(const SpecInfo* spec, const Tensor& in, const Tensor& out, const P
   Tensor w_qkv = w.qkv_w, qkv_bias = w.qkv_b;
   p.gated = w.gate_w.defined();
   p.nq = int((p.gated ? 4 : 3) * D);
+  p.qkv_bias_from = 0;
   if (p.gated) {
     if (!follows(w.qkv_w, w.gate_w)) w_qkv = stacked(w.qkv_w, w.qkv_w, 3 * D, w.gate_w, D);
-    const bool biases_follow = w.qkv_b.defined() && w.gate_b.defined() && follows(w.qkv_b, w.gate_b);
-    if (!biases_follow && (w.qkv_b.defined() || w.gate_b.defined()))
-      qkv_bias = stacked(w.qkv_b.defined() ? w.qkv_b : w.gate_b, w.qkv_b, 3 * D, w.gate_b, D);
+    if (!w.qkv_b.defined() && w.gate_b.defined()) {
+      qkv_bias = w.gate_b;
+      p.qkv_bias_from = int(3 * D);
+    } else if (w.qkv_b.defined() && !(w.gate_b.defined() && follows(w.qkv_b, w.gate_b))) {
+      qkv_bias = stacked(w.qkv_b, w.qkv_b, 3 * D, w.gate_b, D);
+    }
   }
   p.w_qkv = w_qkv.data_ptr();
   p.qkv_bias = qkv_bias.defined() ? qkv_bias.data_ptr() : nullptr;
-  p.qkv_bias_from = p.gated && !w.qkv_b.defined() ? int(3 * D) : 0;
   p.residual = extras.residual ? 1 : 0;
   p.eps = float(eps);
   p.scale_log2 = float(1.4426950408889634 / std::sqrt(double(D / spec->heads)));

@@ -44,10 +44,11 @@ struct PassParams {
 
   // The optional features (docs/design.md, "Masks, bias, gate"). `nq` columns of the QKV product
   // (and of the scratch's rows): 3D, or 4D with the sigmoid gate, whose weight is then W_qkv's rows
-  // 3D .. 4D - 1. qkv_bias [nq] (null: none) is added to that product.
+  // 3D .. 4D - 1. qkv_bias (null: none) is added to that product's columns qkv_bias_from .. nq - 1:
+  // qkv_bias_from is 0, or 3D where only the gate has a bias (qkv_bias then is b_g itself).
   int nq;
   int gated;               // nq == 4D
-  int qkv_bias_from;       // qkv_bias's first column that is not zero: 0, or 3D (a bias on the gate alone)
+  int qkv_bias_from;
   int residual;            // 1: out = x + update; 0: out = update (out_proj(o) + b_out)
   const void* qkv_bias;
   // Key mask (null: none): key l of sequence s is present where mask[(s / seq_inner) * m_stride_outer

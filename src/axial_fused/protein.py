@@ -44,9 +44,9 @@ class Attention(nn.Module):
     """The parameters of OpenFold's gated ``Attention`` (``mha``): ``linear_q``, ``linear_k``,
     ``linear_v`` without bias, ``linear_g`` and ``linear_o`` with bias; ``c_hidden`` per head.
 
-    W_q, W_k, W_v and W_g are views of one tensor ``[W_q; W_k; W_v; W_g]`` and b_g the tail of
-    ``[0; b_g]`` (the state_dict keys are nn.Linear's as ever), so a fused pass reads the four as
-    one product's weights, in place: every in-place change (``load_state_dict``, an optimizer step,
+    W_q, W_k, W_v and W_g are views of one tensor ``[W_q; W_k; W_v; W_g]`` (the state_dict keys are
+    nn.Linear's as ever), so a fused pass reads the four as one product's weights, in place, with
+    b_g as the gate's bias alone: every in-place change (``load_state_dict``, an optimizer step,
     ``.data`` writes) lands in that storage. Moving or converting the module (``.to``, ``.half``)
     and ``load_state_dict(..., assign=True)`` put them back into one; parameters replaced in any
     other way are stacked by a copy at each call."""
@@ -71,33 +71,29 @@ class Attention(nn.Module):
         return q["weight"], k["weight"], v["weight"], g["weight"], g["bias"], o["weight"], o["bias"]
 
     def _share(self) -> None:
-        """The four weights into one tensor and b_g after zeros, the parameters made views of them."""
-        *ws, g = self._projections()[:5]
+        """The four weights into one tensor, the parameters made views of it."""
+        ws = self._projections()[:4]
         with torch.no_grad():
             W = torch.cat([w.detach() for w in ws])
-            b = torch.cat([g.detach().new_zeros(3 * g.shape[0]), g.detach()])
         row = 0
         for w in ws:
             w.data = W[row:row + w.shape[0]]
             row += w.shape[0]
-        g.data = b[3 * g.shape[0]:]
-        self._W, self._b = W, b
+        self._W = W
         self._cached = None
 
     def _shared(self, ps: tuple[torch.Tensor, ...] | None = None) -> bool:
-        """Whether W_q, W_k, W_v, W_g and b_g (ps: _projections(), when the caller has it) are still
-        views of self._W and self._b, in order."""
-        *ws, g = (ps or self._projections())[:5]
-        W, b = self._W, self._b
-        if W.device != g.device or W.dtype != ws[0].dtype or b.dtype != g.dtype:
+        """Whether W_q, W_k, W_v and W_g (ps: _projections(), when the caller has it) are still views
+        of self._W, in order."""
+        ws, W = (ps or self._projections())[:4], self._W
+        if W.device != ws[0].device:
             return False
         at = W.data_ptr()
         for w in ws:
             if not w.is_contiguous() or w.dtype != W.dtype or w.data_ptr() != at:
                 return False
             at += w.nbytes
-        return (at == W.data_ptr() + W.nbytes and g.is_contiguous()
-                and g.data_ptr() == b.data_ptr() + 3 * g.nbytes and b.numel() == 4 * g.numel())
+        return at == W.data_ptr() + W.nbytes
 
     def _apply(self, fn, recurse=True):
         out = super()._apply(fn, recurse)  # (.to / .cuda / .half give each parameter its own tensor)
@@ -107,9 +103,9 @@ class Attention(nn.Module):
     def pass_weights(self, norm: nn.LayerNorm) -> tuple[PassWeights, int | None]:
         """The fused pass's weights with ``norm`` as its LayerNorm, and their D where they have been
         checked (functional._check_pass and _check_heads; None: not checked). W = [W_q; W_k; W_v;
-        W_g] and b = [0; b_g] are the shared tensors themselves (no copy) where the parameters are
-        their views and neither gradients nor torch.compile's tracing need differentiable, traceable
-        ops; otherwise they are stacked by a copy. The shared form is built and checked once, then
+        W_g] is the shared tensor itself (no copy) where the parameters are its views and neither
+        gradients nor torch.compile's tracing need differentiable, traceable ops; otherwise it is
+        stacked by a copy; b_g goes as the gate's bias alone. The shared form is built and checked once, then
         kept while the pass's nine parameters are the same objects and the projections the same
         views: in-place changes reach it through them, any other change builds it anew."""
         n = norm._parameters
@@ -121,12 +117,9 @@ class Attention(nn.Module):
         if shared and c is not None and all(a is b for a, b in zip(c[0], ps)):
             return c[1], c[2]
         wq, wk, wv, wg, bg, wo, bo, nw, nb = ps
-        if shared:
-            W, b = self._W, self._b
-        else:
-            W, b = torch.cat((wq, wk, wv, wg)), torch.cat([bg.new_zeros(3 * bg.shape[0]), bg])
+        W = self._W if shared else torch.cat((wq, wk, wv, wg))
         rows = 3 * wg.shape[0]
-        pw = PassWeights(nw, nb, W[:rows], wo, bo, qkv_bias=b[:rows], gate_weight=W[rows:], gate_bias=b[rows:])
+        pw = PassWeights(nw, nb, W[:rows], wo, bo, gate_weight=W[rows:], gate_bias=bg)
         if not shared:
             return pw, None
         dim = _check_pass(pw, "pass_weights")

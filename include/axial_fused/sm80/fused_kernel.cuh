@@ -40,8 +40,8 @@ __global__ void __launch_bounds__(Tr::THREADS) fused_pass_kernel(const __grid_co
   const int ldq = gated ? Tr::LDQKVG : LDQKV;
   const T* qkv_bias = EXTRAS ? static_cast<const T*>(p.qkv_bias) : nullptr;
   auto put_qkv = [&](int r, int c, float a, float b) {
-    if (qkv_bias) {
-      const float2 qb = load2(qkv_bias + c);
+    if (qkv_bias && c >= p.qkv_bias_from) {
+      const float2 qb = load2(qkv_bias + (c - p.qkv_bias_from));
       a += qb.x;
       b += qb.y;
     }

@@ -33,8 +33,8 @@ __global__ void __launch_bounds__(Tr::THREADS) ln_qkv_kernel(const __grid_consta
   __syncthreads();
   auto put = [&](int r, int c, float a, float b) {
     if (t0 + r >= tokens) return;
-    if (qkv_bias) {
-      const float2 qb = load2(qkv_bias + c);
+    if (qkv_bias && c >= p.qkv_bias_from) {
+      const float2 qb = load2(qkv_bias + (c - p.qkv_bias_from));
       a += qb.x;
       b += qb.y;
     }

@@ -152,7 +152,7 @@ __device__ __forceinline__ void fused_sm90_body(const PassParams& p) {
     fence_regs(acc[0]);
     fence_regs(acc[1]);
     if constexpr (EXTRAS) {
-      if (p.qkv_bias) {  // accumulator block jb: q (jb < 4), k, v columns of head h
+      if (p.qkv_bias) {  // accumulator block jb: q (jb < 4), k, v columns of head h (ungated: qkv_bias_from 0)
         const T* qb = static_cast<const T*>(p.qkv_bias);
 #pragma unroll
         for (int jb = 0; jb < 12; ++jb) {

@@ -260,7 +260,8 @@ __device__ __forceinline__ void ws_step(float (&acc)[BNW / 2], uint32_t a_base, 
 // k-steps 0 .. KR - 1 into registers (wgmma's register-A form takes them from there), then releases
 // stages S0 .. S - 1, which lie over that part of A; the k loop is unrolled so the fragments stay
 // in registers. The weight's rows NFIX or n as wg_gemm_ws_produce; with NFIX = 0, `bias` (null:
-// none), [n], is added to the products before the epilogue.
+// none), the bias of columns bias_from .. n - 1 (PassParams::qkv_bias), is added to the products before
+// the epilogue.
 template <class T, int WGM, int WGN, int BNW, int K, int S, int KW, int NFIX, bool TMA = false, int KR = 0, int S0 = S,
           class Epi>
 __device__ __forceinline__ void wg_gemm_ws_consume(const T* A, const T* ws, uint32_t full, uint32_t empty, Epi&& epi,
@@ -330,18 +331,14 @@ __device__ __forceinline__ void wg_gemm_ws_consume(const T* A, const T* ws, uint
     AXIAL_PHASE(1);
     if (lane == 0) ws_release<TMA>(empty + 8 * (((nc + 1) * KC - 1) % S));  // the column chunk's last stage
     const int n0 = nc * CN + wn * BNW;
-#ifdef AXIAL_FUSED_K1_BIAS_FROM
-    // Experiment (default off while it is measured): the column chunks before bias_from (a gate's bias
-    // alone: q, k and v) stored without the bias's loads and adds.
+    // The bias covers columns bias_from on: the chunks before it (a gate's bias alone: q, k and v)
+    // are stored without loads or adds.
     const bool add_bias = bias && n0 >= bias_from;
-#else
-    const bool add_bias = bias != nullptr;
-#endif
     if (NFIX == 0 && add_bias) {  // (into a copy: writing the accumulators themselves makes ptxas fence the wgmma)
       float ov[BNW / 2];
 #pragma unroll
       for (int j = 0; j < BNW / 8; ++j) {
-        const float2 b = load2(bias + n0 + 8 * j + 2 * t);
+        const float2 b = load2(bias + (n0 - bias_from) + 8 * j + 2 * t);
         ov[4 * j] = acc[4 * j] + b.x;
         ov[4 * j + 1] = acc[4 * j + 1] + b.y;
         ov[4 * j + 2] = acc[4 * j + 2] + b.x;
