@@ -249,7 +249,9 @@ def test_projection_weights_follow_every_change():
                             assign=True)
         assert mha is mod.mha and mha._shared() and check(mod)
         norm = mod.layer_norm_m
-        assert mha.pass_weights(norm)[0] is mha.pass_weights(norm)[0]  # (kept while nothing changes)
+        pw = mha.pass_weights(norm)[0]
+        assert pw is mha.pass_weights(norm)[0] and pw.qkv_weight.data_ptr() == mha._W.data_ptr()  # (kept; no copy)
+        assert pw.gate_bias is mha.linear_g.bias and pw.qkv_bias is None  # (b_g alone)
         norm.weight.data = 1 + 0.3 * torch.randn(64)  # (the same parameter object, new storage)
         mha.linear_o.bias.data = 0.3 * torch.randn(64)
         assert check(mod)
