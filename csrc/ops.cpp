@@ -16,6 +16,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "axial_fused/pair_bias.h"
@@ -101,15 +102,16 @@ Tensor packed_weight(const Tensor& w) {
 }
 
 PassWeights packed(const PassWeights& w) {
-  return {packed_weight(w.norm_w), packed_weight(w.norm_b), packed_weight(w.qkv_w), packed_weight(w.out_w),
-          packed_weight(w.out_b),  packed_weight(w.qkv_b),  packed_weight(w.gate_w), packed_weight(w.gate_b)};
+  return {packed_weight(w.norm_w), packed_weight(w.norm_b), packed_weight(w.qkv_w),  packed_weight(w.out_w),
+          packed_weight(w.out_b),  packed_weight(w.qkv_b),  packed_weight(w.gate_w), packed_weight(w.gate_b),
+          packed_weight(w.bias_w)};
 }
 
 // ---- the argument checks ------------------------------------------------------------------------
 
-constexpr int kWeightFields = 8;
-constexpr const char* kFields[kWeightFields] = {"norm_weight", "norm_bias", "qkv_weight", "out_weight",
-                                                "out_bias",    "qkv_bias",  "gate_weight", "gate_bias"};
+constexpr int kWeightFields = 9;
+constexpr const char* kFields[kWeightFields] = {"norm_weight", "norm_bias",   "qkv_weight", "out_weight", "out_bias",
+                                                "qkv_bias",    "gate_weight", "gate_bias",  "bias_weight"};
 
 // An argument's name in a message: "row_" / "col_" before it in the two-pass operator.
 std::string pass_prefix(size_t pass, size_t num_passes) {
@@ -170,13 +172,15 @@ void check_shapes(const Tensor& x, int64_t num_heads, double eps, const std::vec
   STD_TORCH_CHECK(std::isfinite(eps) && eps > 0, "axial_fused: eps must be a positive finite number, got ", eps);
   for (size_t i = 0; i < passes.size(); ++i) {
     const PassWeights& pw = passes[i];
-    const Tensor* ws[] = {&pw.norm_w, &pw.norm_b, &pw.qkv_w, &pw.out_w, &pw.out_b, &pw.qkv_b, &pw.gate_w, &pw.gate_b};
+    const Tensor* ws[] = {&pw.norm_w, &pw.norm_b, &pw.qkv_w,  &pw.out_w, &pw.out_b,
+                          &pw.qkv_b,  &pw.gate_w, &pw.gate_b, &pw.bias_w};
     for (int f = 0; f < kWeightFields; ++f) {
       if (f >= 5 && !ws[f]->defined()) continue;  // the optional ones
       const auto name = [&] { return weight_name(i, passes.size(), f); };
       if (f == 2) check_weight(*ws[f], x, name, {3 * D, D});
       else if (f == 3 || f == 6) check_weight(*ws[f], x, name, {D, D});
       else if (f == 5) check_weight(*ws[f], x, name, {3 * D});
+      else if (f == 8) check_weight(*ws[f], x, name, {num_heads, D});
       else check_weight(*ws[f], x, name, {D});
     }
     STD_TORCH_CHECK(!pw.gate_b.defined() || pw.gate_w.defined(), "axial_fused: ", weight_name(i, passes.size(), 7),
@@ -190,12 +194,27 @@ void check_shapes(const Tensor& x, int64_t num_heads, double eps, const std::vec
                   " is too large: H * W must be below 2^31 and H, W at most 2^24");
 }
 
-// The per-call inputs of a pass (axis 0 / 1) or of both passes.
+// A pass's bias_weight: its bias is [.., L, L] over L x L tokens, so the grid must be square, and it
+// takes the place of a given bias.
+void check_bias_weight(const Tensor& x, const PassWeights& w, const Tensor& bias, size_t pass, size_t num_passes) {
+  if (!w.bias_w.defined()) return;
+  const std::string prefix = pass_prefix(pass, num_passes);
+  STD_TORCH_CHECK(x.size(1) == x.size(2), "axial_fused: ", prefix, "bias_weight needs a square grid (H == W: the "
+                  "bias of query i, key j comes from token (i, j)), got x of shape ", shape_str(x));
+  STD_TORCH_CHECK(!bias.defined(), "axial_fused: ", prefix, "bias and ", prefix, "bias_weight were both given; "
+                  "give one (add a fixed bias to the computed one in PyTorch and pass the sum as ", prefix, "bias)");
+}
+
+// The per-call inputs of a pass (axis 0 / 1) or of both passes, with each pass's weights.
 void check_extras(const Tensor& x, int64_t num_heads, const Tensor& mask,
-                  std::initializer_list<std::pair<const Tensor*, int64_t>> biases, size_t num_passes) {
+                  std::initializer_list<std::tuple<const Tensor*, int64_t, const PassWeights*>> biases,
+                  size_t num_passes) {
   check_mask(x, mask);
   size_t i = 0;
-  for (const auto& b : biases) check_bias(x, *b.first, num_heads, b.second, pass_prefix(i++, num_passes) + "bias");
+  for (const auto& [b, axis, w] : biases) {
+    check_bias(x, *b, num_heads, axis, pass_prefix(i, num_passes) + "bias");
+    check_bias_weight(x, *w, *b, i++, num_passes);
+  }
 }
 
 // check_shapes plus what only the CUDA kernel needs: x on a CUDA device and a compiled specialization.
@@ -212,23 +231,24 @@ const SpecInfo* check_inputs(const Tensor& x, int64_t num_heads, double eps, con
 // ---- the operators' CUDA kernels --------------------------------------------------------------------
 
 PassWeights pass_weights(const Tensor& nw, const Tensor& nb, const Tensor& qkv, const Tensor& ow, const Tensor& ob,
-                         const OptT& qkv_b, const OptT& gate_w, const OptT& gate_b) {
-  return {nw, nb, qkv, ow, ob, opt(qkv_b), opt(gate_w), opt(gate_b)};
+                         const OptT& qkv_b, const OptT& gate_w, const OptT& gate_b, const OptT& bias_w) {
+  return {nw, nb, qkv, ow, ob, opt(qkv_b), opt(gate_w), opt(gate_b), opt(bias_w)};
 }
 
-// The operators' arguments, spelled once: a pass's five weights, and its three optional ones (which
-// come after eps in the schema, so that a call with the five alone keeps its meaning).
+// The operators' arguments, spelled once: a pass's five weights, and its optional ones (which come
+// after eps in the schema, so that a call with the five alone keeps its meaning; the bias weight
+// last of all, so that every older call keeps its meaning too).
 #define AXIAL_PASS_ARGS(p) Tensor p##nw, Tensor p##nb, Tensor p##qkv, Tensor p##ow, Tensor p##ob
 #define AXIAL_PASS_OPT(p) OptT p##qkvb, OptT p##gw, OptT p##gb
-#define AXIAL_PASS_WEIGHTS(p) pass_weights(p##nw, p##nb, p##qkv, p##ow, p##ob, p##qkvb, p##gw, p##gb)
+#define AXIAL_PASS_WEIGHTS(p) pass_weights(p##nw, p##nb, p##qkv, p##ow, p##ob, p##qkvb, p##gw, p##gb, p##bw)
 
 Tensor axial_pass_cuda(Tensor x, AXIAL_PASS_ARGS(), int64_t num_heads, int64_t axis, double eps, AXIAL_PASS_OPT(),
-                       OptT mask, OptT bias, bool residual) {
+                       OptT mask, OptT bias, bool residual, OptT bw) {
   check_axis(axis);
   const PassWeights w = AXIAL_PASS_WEIGHTS();
   const SpecInfo* spec = check_inputs(x, num_heads, eps, {w});
   const Tensor m = opt(mask), b = opt(bias);
-  check_extras(x, num_heads, m, {{&b, axis}}, 1);
+  check_extras(x, num_heads, m, {{&b, axis, &w}}, 1);
   const torch::stable::accelerator::DeviceGuard guard(x.get_device_index());
   Tensor out = torch::stable::new_empty(x, x.sizes());
   run_pass(spec, packed_x(x), out, packed(w), axis, eps, {m, b, residual});
@@ -237,11 +257,11 @@ Tensor axial_pass_cuda(Tensor x, AXIAL_PASS_ARGS(), int64_t num_heads, int64_t a
 
 Tensor axial_attention_cuda(Tensor x, AXIAL_PASS_ARGS(r), AXIAL_PASS_ARGS(c), int64_t num_heads, double eps,
                             AXIAL_PASS_OPT(r), AXIAL_PASS_OPT(c), OptT mask, OptT row_bias, OptT col_bias,
-                            bool residual) {
+                            bool residual, OptT rbw, OptT cbw) {
   const PassWeights row_w = AXIAL_PASS_WEIGHTS(r), col_w = AXIAL_PASS_WEIGHTS(c);
   const SpecInfo* spec = check_inputs(x, num_heads, eps, {row_w, col_w});
   const Tensor rb = opt(row_bias), cb = opt(col_bias);
-  check_extras(x, num_heads, opt(mask), {{&rb, 0}, {&cb, 1}}, 2);
+  check_extras(x, num_heads, opt(mask), {{&rb, 0, &row_w}, {&cb, 1, &col_w}}, 2);
   const torch::stable::accelerator::DeviceGuard guard(x.get_device_index());
   Tensor out = torch::stable::new_empty(x, x.sizes());
   const Tensor m = opt(mask);
@@ -304,20 +324,23 @@ void write_text(const std::string& text, char* buf, int len) {
 
 STABLE_TORCH_LIBRARY(axial_fused, m) {
   // A pass's five weights (nn.LayerNorm / nn.Linear), num_heads, (axis,) eps; then the optional ones:
-  // its q/k/v bias [3D] and sigmoid gate (weight [D, D], bias [D]), and per call the key mask
-  // [B, H, W], the pass's logit bias [1 or B, heads, L, L] and whether the input is added back
-  // (docs/usage.md). A call with the five weights alone is the plain pass.
+  // its q/k/v bias [3D] and sigmoid gate (weight [D, D], bias [D]), per call the key mask [B, H, W],
+  // the pass's logit bias [1 or B, heads, L, L] and whether the input is added back, and last the
+  // weight [heads, D] of a logit bias computed from the pass's own LayerNorm output (the triangle
+  // bias; docs/usage.md). A call with the five weights alone is the plain pass.
   m.def(
       "axial_pass(Tensor x, Tensor norm_weight, Tensor norm_bias, Tensor qkv_weight, Tensor out_weight, "
       "Tensor out_bias, int num_heads, int axis, float eps, Tensor? qkv_bias=None, Tensor? gate_weight=None, "
-      "Tensor? gate_bias=None, Tensor? mask=None, Tensor? bias=None, bool residual=True) -> Tensor");
+      "Tensor? gate_bias=None, Tensor? mask=None, Tensor? bias=None, bool residual=True, "
+      "Tensor? bias_weight=None) -> Tensor");
   m.def(
       "axial_attention(Tensor x, Tensor row_norm_weight, Tensor row_norm_bias, Tensor row_qkv_weight, "
       "Tensor row_out_weight, Tensor row_out_bias, Tensor col_norm_weight, Tensor col_norm_bias, "
       "Tensor col_qkv_weight, Tensor col_out_weight, Tensor col_out_bias, int num_heads, float eps, "
       "Tensor? row_qkv_bias=None, Tensor? row_gate_weight=None, Tensor? row_gate_bias=None, "
       "Tensor? col_qkv_bias=None, Tensor? col_gate_weight=None, Tensor? col_gate_bias=None, Tensor? mask=None, "
-      "Tensor? row_bias=None, Tensor? col_bias=None, bool residual=True) -> Tensor");
+      "Tensor? row_bias=None, Tensor? col_bias=None, bool residual=True, Tensor? row_bias_weight=None, "
+      "Tensor? col_bias_weight=None) -> Tensor");
   // The protein modules' pair bias: linear(layer_norm(x), weight) of x [B, I, J, c], weight
   // [heads, c], as [B, heads, I, J] (what a pass takes as its bias).
   m.def("pair_bias(Tensor x, Tensor norm_weight, Tensor norm_bias, Tensor weight, float eps) -> Tensor");

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <string>
 
+#include "axial_fused/pair_bias.h"
 #include "pass.h"
 
 namespace axial_fused {
@@ -255,6 +256,7 @@ void run_pass(const SpecInfo* spec, const Tensor& in, const Tensor& out, const P
     p.scratch = scratch.data_ptr();
   }
   const bool prepare_bias = plan.path == kPathTwoKernel && dev.sm90a && spec->hopper_attention;
+  p.heads = int(spec->heads);
   // The mask, [B, H, W] (the sequence's dims as x's, the key's the token's), any strides: bool and
   // uint8 as they are; a float16, bfloat16 or float32 mask too on the two-kernel path, whose prep
   // kernel reads it (the protein modules' 0/1 masks: no conversion kernel a pass); else converted
@@ -279,7 +281,21 @@ void run_pass(const SpecInfo* spec, const Tensor& in, const Tensor& out, const P
   // The bias, [1 or B, heads, L, L]: read through its strides where it is prepared (terms_prep_kernel),
   // else with unit key stride (LogitRow), so another key stride (the triangle ending node's bias, the
   // starting node's transposed) is copied once for those kernels.
+  // A bias from the pass's own LayerNorm output (bias_w; checked: H == W, no `bias` beside it): K1
+  // writes it where the attention kernel reads the bias prepared; elsewhere the pair-bias kernel
+  // computes it beforehand as [B, heads, H, W] (element (i, j) from token x[b, i, j]), which is the
+  // row pass's bias and, transposed, the column pass's (its query i, key j: token x[b, j, i]).
   Tensor bias = extras.bias;
+  const bool k1_bias = w.bias_w.defined() && prepare_bias;
+  if (w.bias_w.defined() && !k1_bias) {
+    const Tensor xc = torch::stable::contiguous(in);
+    Tensor t = torch::stable::new_empty(in, {B, int64_t(spec->heads), in.size(1), in.size(2)});
+    const cudaError_t e = launch_pair_bias(spec->dtype, xc.data_ptr(), p.ln_w, p.ln_b, w.bias_w.data_ptr(),
+                                           t.data_ptr(), B * in.size(1) * in.size(2), in.size(1) * in.size(2),
+                                           int(D), int(spec->heads), p.eps, current_stream(device));
+    STD_TORCH_CHECK(e == cudaSuccess, "axial_fused: pair_bias kernel launch failed: ", cudaGetErrorString(e));
+    bias = axis == 0 ? t : torch::stable::transpose(t, 2, 3);
+  }
   if (bias.defined()) {
     if (!prepare_bias && bias.size(3) > 1 && bias.stride(3) != 1) bias = torch::stable::contiguous(bias);
     p.bias = bias.data_ptr();
@@ -292,7 +308,7 @@ void run_pass(const SpecInfo* spec, const Tensor& in, const Tensor& out, const P
   // The two-kernel path's attention reads the mask as prepared key bits, and the Hopper attention
   // kernel the bias prepared too (PassParams::key_bits, bias_frag; written by the launch before K1).
   Tensor key_bits, bias_frag;
-  if (plan.path == kPathTwoKernel && (p.mask || (p.bias && prepare_bias))) {
+  if (plan.path == kPathTwoKernel && (p.mask || (p.bias && prepare_bias) || k1_bias)) {
     // (a multiple of 128, the Hopper attention kernel's largest key tile: no tile reads past its terms)
     p.kp = (p.len + 127) / 128 * 128;
     if (p.mask) {
@@ -304,6 +320,14 @@ void run_pass(const SpecInfo* spec, const Tensor& in, const Tensor& out, const P
       bias_frag = torch::stable::new_empty(in, {batches * spec->heads * p.kp * p.kp}, ScalarType::Half);
       p.bias_frag = static_cast<const __half*>(bias_frag.data_ptr());
       p.bias_frag_stride_b = p.bias_stride_b == 0 ? 0 : int64_t(spec->heads) * p.kp * p.kp;
+    }
+    if (k1_bias) {  // (K1 writes each token's entries; those past L must be zero)
+      const int64_t n = B * spec->heads * p.kp * p.kp;
+      bias_frag = p.kp == p.len ? torch::stable::new_empty(in, {n}, ScalarType::Half)
+                                : torch::stable::new_zeros(in, {n}, ScalarType::Half);
+      p.bias_frag = static_cast<const __half*>(bias_frag.data_ptr());
+      p.bias_frag_stride_b = int64_t(spec->heads) * p.kp * p.kp;
+      p.bias_w = w.bias_w.data_ptr();
     }
   }
   const cudaError_t err = spec->launch(p, current_stream(device));

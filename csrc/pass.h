@@ -53,10 +53,11 @@ Plan plan_pass(const SpecInfo* spec, int64_t num_seq, int len, int math, const D
                bool gated = false);
 
 // Held by value (a reference count each): packing may replace a weight by a contiguous copy.
-// qkv_b [3D], gate_w [D, D] and gate_b [D] are optional (undefined: absent).
+// qkv_b [3D], gate_w [D, D], gate_b [D] and bias_w [heads, D] (the logit bias from the pass's own
+// LayerNorm output, PassParams::bias_w) are optional (undefined: absent).
 struct PassWeights {
   Tensor norm_w, norm_b, qkv_w, out_w, out_b;
-  Tensor qkv_b, gate_w, gate_b;
+  Tensor qkv_b, gate_w, gate_b, bias_w;
 };
 // A call's inputs besides x and the weights: the key mask ([B, H, W], bool or uint8; undefined:
 // none), the pass's logit bias ([1 or B, heads, L, L], float32 or x's dtype; undefined: none), and

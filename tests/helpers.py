@@ -11,9 +11,10 @@ from axial_fused import _ext
 
 
 def make_weights(dim: int, heads: int, dtype=torch.float32, device="cpu", seed: int = 0, eps: float = 1e-5,
-                 qkv_bias: bool = False, gate: bool = False):
-    """Random AxialWeights; LayerNorm affine and biases far from their defaults. qkv_bias / gate: with
-    the optional q/k/v bias and sigmoid gate (weight and bias), also far from zero."""
+                 qkv_bias: bool = False, gate: bool = False, bias_weight: bool = False):
+    """Random AxialWeights; LayerNorm affine and biases far from their defaults. qkv_bias / gate /
+    bias_weight: with the optional q/k/v bias, sigmoid gate (weight and bias) and the weight of the
+    bias computed from LN(x) (logit spreads of tens, as make_bias's), also far from zero."""
     g = torch.Generator().manual_seed(seed)
 
     def r(*shape, scale=1.0, shift=0.0):
@@ -23,7 +24,8 @@ def make_weights(dim: int, heads: int, dtype=torch.float32, device="cpu", seed: 
         base = [r(dim, scale=0.3, shift=1.0), r(dim, scale=0.3), r(3 * dim, dim, scale=dim ** -0.5),
                 r(dim, dim, scale=dim ** -0.5), r(dim, scale=0.5)]
         extra = [r(3 * dim, scale=0.5) if qkv_bias else None,
-                 r(dim, dim, scale=dim ** -0.5) if gate else None, r(dim, scale=0.7, shift=0.5) if gate else None]
+                 r(dim, dim, scale=dim ** -0.5) if gate else None, r(dim, scale=0.7, shift=0.5) if gate else None,
+                 r(heads, dim, scale=4 * dim ** -0.5) if bias_weight else None]
         return af.PassWeights(*base, *extra)
 
     return af.AxialWeights.create(pw(), pw(), heads, eps)
@@ -57,6 +59,10 @@ def pass64(x: torch.Tensor, pw, heads: int, axis: str, eps: float, mask=None, bi
         qkv = qkv + pw.qkv_bias.double()
     q, k, v = (qkv[..., i * D:(i + 1) * D].unflatten(-1, (heads, hd)) for i in range(3))
     s = torch.einsum("bsqhe,bskhe->bshqk", q, k) / math.sqrt(hd)
+    if pw.bias_weight is not None:  # the triangle bias (Algorithms 13, 14): linear(LN(z)) of the pair z
+        z = h if axis == "row" else h.transpose(1, 2)  # LN(x) as x lies, [B, I, J, D]
+        t = torch.einsum("bijd,hd->bhij", z, pw.bias_weight.double())
+        bias = t if axis == "row" else t.transpose(-1, -2)  # ending node: query j, key k from z[k, j]
     if bias is not None:  # [1 or B, heads, L, L]: one per batch element, shared by its sequences
         s = s + bias.double()[:, None]
     if mask is not None:  # [B, H, W]: key j of sequence s present where the mask is nonzero

@@ -103,6 +103,26 @@ def test_reference_two_passes_match_float64():
         assert rel_err(out, attention64(x, to64(w), mask, rb, cb, residual)) < 1e-5
 
 
+def test_reference_bias_weight_matches_float64():
+    """bias_weight (the logit bias computed from the pass's own LayerNorm output) on the reference
+    path, each pass and both, with a mask and the gate, against pass64 (AF2's Algorithms 13 and 14);
+    and the same as that bias computed beforehand and given as `bias`."""
+    B, L, dim, heads = 2, 6, 32, 4
+    w = make_weights(dim, heads, torch.float32, seed=60, gate=True, bias_weight=True)
+    mask = make_mask(B, L, L, "cpu", 61)
+    x = rand_x((B, L, L, dim), torch.float32, "cpu", 62)
+    w64 = to64(w)
+    for axis, pw, pw64 in (("row", w.row, w64.row), ("col", w.col, w64.col)):
+        out = quiet(af.axial_pass, x, pw, num_heads=heads, axis=axis, eps=w.eps, mask=mask, residual=False)
+        assert rel_err(out, pass64(x, pw64, heads, axis, w.eps, mask, residual=False)) < 1e-5
+        t = torch.nn.functional.linear(torch.nn.functional.layer_norm(x, (dim,), pw.norm_weight, pw.norm_bias, w.eps),
+                                       pw.bias_weight).permute(0, 3, 1, 2)  # [B, heads, I, J] from x[b, i, j]
+        given = quiet(af.axial_pass, x, pw._replace(bias_weight=None), num_heads=heads, axis=axis, eps=w.eps,
+                      mask=mask, bias=t if axis == "row" else t.transpose(-1, -2), residual=False)
+        assert rel_err(out, given) < 1e-6
+    assert rel_err(quiet(af.axial_attention, x, w, mask=mask), attention64(x, w64, mask)) < 1e-5
+
+
 def test_no_key_present_attends_uniformly():
     """A query whose keys are all absent attends to the mean of its sequence's values (every logit
     replaced by the same value), whatever the bias: the same output as logits all equal (q = 0)."""
@@ -206,6 +226,8 @@ def test_op_meta_rejects_features():
     op = torch.ops.axial_fused
     e = lambda *s, dtype=torch.bfloat16: torch.empty(*s, device="meta", dtype=dtype)
     m_ok = e(2, H, W, dtype=torch.bool)
+    sq = e(2, H, H, D)
+    assert op.axial_pass(sq, *ws, 4, 1, 1e-5, bias_weight=e(4, D)).shape == sq.shape
     assert op.axial_pass(x, *ws, 4, 0, 1e-5, e(3 * D), e(D, D), e(D), m_ok, e(1, 4, W, W), False).shape == x.shape
     assert op.axial_attention(x, *ws, *ws, 4, 1e-5, mask=m_ok, row_bias=e(2, 4, W, W, dtype=torch.float32),
                               col_bias=e(1, 4, H, H)).shape == x.shape
@@ -224,10 +246,40 @@ def test_op_meta_rejects_features():
         (lambda: op.axial_pass(x, *ws, 4, 0, 1e-5, None, None, e(D)), ValueError, "gate_bias was given without gate_weight"),
         (lambda: op.axial_pass(x, *ws, 4, 0, 1e-5, None, e(D, D, dtype=torch.float32)), TypeError,
          "gate_weight is Float but x is BFloat16"),
+        (lambda: op.axial_pass(sq, *ws, 4, 0, 1e-5, bias_weight=e(3, D)), ValueError,
+         r"bias_weight has shape \[3, 64\], expected \[4, 64\]"),
+        (lambda: op.axial_pass(x, *ws, 4, 1, 1e-5, bias_weight=e(4, D)), ValueError,
+         r"bias_weight needs a square grid \(H == W"),
+        (lambda: op.axial_attention(sq, *ws, *ws, 4, 1e-5, row_bias=e(1, 4, H, H), row_bias_weight=e(4, D)),
+         ValueError, "row_bias and row_bias_weight were both given"),
     ]
     for call, exc, msg in cases:
         with pytest.raises(exc, match=msg):
             call()
+
+
+def test_bias_weight_rejected():
+    w = make_weights(32, 4, seed=63, bias_weight=True)
+    x = rand_x((2, 5, 5, 32), torch.float32, "cpu", 64)
+    bw = w.row.bias_weight
+    cases = [
+        (dict(pw=w.row._replace(bias_weight=bw[:3])), ValueError,
+         r"pass_weights.bias_weight has shape \(3, 32\), expected \[num_heads, D\] = \[4, 32\]"),
+        (dict(pw=w.row._replace(bias_weight=bw[:, :16])), ValueError,
+         r"pass_weights.bias_weight has shape \(4, 16\), expected \[heads, D\] for D = 32"),
+        (dict(pw=w.row._replace(bias_weight=bw[0])), ValueError, r"bias_weight has shape \(32,\), expected \[heads, D\]"),
+        (dict(pw=w.row._replace(bias_weight=bw.double())), TypeError,
+         "pass_weights.bias_weight is torch.float64 but pass_weights.norm_weight is torch.float32"),
+        (dict(bias=torch.zeros(2, 4, 5, 5)), ValueError,
+         "bias and pass_weights.bias_weight were both given; give one"),
+    ]
+    for kw, exc, msg in cases:
+        with pytest.raises(exc, match=msg):
+            _api_case(x, w, **kw)
+    with pytest.raises(ValueError, match=r"bias_weight needs a square grid \(H == W.*shape \(2, 3, 5, 32\)"):
+        _api_case(rand_x((2, 3, 5, 32), torch.float32, "cpu", 65), w, axis="col")
+    with pytest.raises(ValueError, match="col_bias and col.bias_weight were both given"):
+        quiet(af.axial_attention, x, w, col_bias=torch.zeros(1, 4, 5, 5))
 
 
 # ---- CPU: the operator with the features (its registrations, compile, export) --------------------
@@ -235,30 +287,32 @@ def test_op_meta_rejects_features():
 OP = torch.ops.axial_fused
 
 
-def _feature_args(op, dtype=torch.float64, device="cpu", requires_grad=False):
-    """Positional arguments of the op with every optional tensor given (a float32 bias: the other dtype)."""
-    D, heads, B, H, W = 32, 2, 2, 3, 5
-    w = make_weights(D, heads, dtype, device, seed=41, qkv_bias=True, gate=True)
-    rg = lambda t: t.detach().requires_grad_(requires_grad) if t.is_floating_point() else t
+def _feature_args(op, dtype=torch.float64, device="cpu", requires_grad=False, tri=False):
+    """Positional arguments of the op with every optional tensor given (a float32 bias: the other
+    dtype); tri: on a square grid, the biases computed from LN(x) (bias_weight) instead of given."""
+    D, heads, B, H, W = 32, 2, 2, 3 if not tri else 5, 5
+    w = make_weights(D, heads, dtype, device, seed=41, qkv_bias=True, gate=True, bias_weight=tri)
+    rg = lambda t: t.detach().requires_grad_(requires_grad) if t is not None and t.is_floating_point() else t
     x = rg(rand_x((B, H, W, D), dtype, device, 42))
     mask = make_mask(B, H, W, device, 43)
-    rb = rg(make_bias(1, heads, W, device, dtype, 44))
-    cb = rg(make_bias(B, heads, H, device, dtype, 45))
+    rb = None if tri else rg(make_bias(1, heads, W, device, dtype, 44))
+    cb = None if tri else rg(make_bias(B, heads, H, device, dtype, 45))
     row, col = [rg(t) for t in w.row], [rg(t) for t in w.col]
     if op == "axial_pass":
-        return (x, *col[:5], heads, 1, w.eps, *col[5:], mask, cb, False), w
-    return (x, *row[:5], *col[:5], heads, w.eps, *row[5:], *col[5:], mask, rb, cb, False), w
+        return (x, *col[:5], heads, 1, w.eps, *col[5:8], mask, cb, False, col[8]), w
+    return (x, *row[:5], *col[:5], heads, w.eps, *row[5:8], *col[5:8], mask, rb, cb, False, row[8], col[8]), w
 
 
 @needs_ext
+@pytest.mark.parametrize("tri", [False, True], ids=["bias", "bias_weight"])
 @pytest.mark.parametrize("op", ["axial_attention", "axial_pass"])
-def test_opcheck_with_features(op):
+def test_opcheck_with_features(op, tri):
     """Schema, fake tensors and AOT dispatch with every optional argument: on meta tensors (the
     shape-only kernel) and, with inputs requiring grad, on the CPU (the Autograd kernel's reference
     math in PyTorch ops, gradients included)."""
-    meta, _ = _feature_args(op, torch.float32, "meta")
+    meta, _ = _feature_args(op, torch.float32, "meta", tri=tri)
     torch.library.opcheck(getattr(OP, op).default, meta)
-    args, _ = _feature_args(op, torch.float64, "cpu", requires_grad=True)
+    args, _ = _feature_args(op, torch.float64, "cpu", requires_grad=True, tri=tri)
     torch.library.opcheck(getattr(OP, op).default, args)
 
 
@@ -294,18 +348,18 @@ class FeaturePass(torch.nn.Module):
 
 
 def _stand_in_pass(x, nw, nb, qkv, ow, ob, heads, axis, eps, qb=None, gw=None, gb=None, mask=None, bias=None,
-                   residual=True):
+                   residual=True, bw=None):
     """CPU kernel for the op in these tests: the reference, contiguous as the CUDA kernel's output."""
-    return af.reference.reference_pass(x, nw, nb, qkv, ow, ob, qb, gw, gb, num_heads=heads,
+    return af.reference.reference_pass(x, nw, nb, qkv, ow, ob, qb, gw, gb, bw, num_heads=heads,
                                        axis="row" if axis == 0 else "col", eps=eps, mask=mask, bias=bias,
                                        residual=residual).contiguous()
 
 
 def _stand_in_attention(x, *a):
     row, col, heads, eps, ropt, copt = a[:5], a[5:10], a[10], a[11], a[12:15], a[15:18]
-    mask, rb, cb, residual = (a[18:22] + (None, None, None, True)[len(a[18:22]):])
-    y = _stand_in_pass(x, *row, heads, 0, eps, *ropt, mask, rb, residual)
-    return _stand_in_pass(y, *col, heads, 1, eps, *copt, mask, cb, residual)
+    mask, rb, cb, residual, rbw, cbw = (a[18:24] + (None, None, None, True, None, None)[len(a[18:24]):])
+    y = _stand_in_pass(x, *row, heads, 0, eps, *ropt, mask, rb, residual, rbw)
+    return _stand_in_pass(y, *col, heads, 1, eps, *copt, mask, cb, residual, cbw)
 
 
 @pytest.fixture
@@ -426,6 +480,51 @@ def test_features_every_path(dt, dim, heads, path, features, shape):
     seed = hash((dt, dim, heads, path, features, shape)) % 10_000
     for axis in ("row", "col"):
         run_case(dt, dim, heads, B, H, W, features, axis=axis, path=path, seed=seed)
+
+
+@gpu
+@pytest.mark.parametrize("dt,dim,heads", specs(), ids=lambda v: str(v))
+def test_bias_weight_every_path(dt, dim, heads):
+    """bias_weight on every path, each pass, with a mask (and the gate, but on the Hopper fused path,
+    which has none): where the Hopper attention kernel reads the bias prepared, K1 writes it from its
+    normalised rows (L = 37: keys and queries padded to 128, whose entries must be zero; L = 128:
+    none); elsewhere the pair-bias kernel computes it first. Against pass64 (the triangle bias as
+    AF2's Algorithms 13 and 14 write it)."""
+    dtype = DTYPES[dt]
+    paths = [FUSED, TWO_KERNEL, -1] + ([FUSED_SM90] if hopper_fused_serves(dt, dim, heads) else [])
+    for gate in (True, False):
+        w = make_weights(dim, heads, dtype, "cuda", seed=dim + heads + gate, gate=gate, bias_weight=True)
+        w64 = to64(w)
+        for B, L in ((2, 37), (1, 128)):
+            x = rand_x((B, L, L, dim), dtype, "cuda", L + gate)
+            mask = make_mask(B, L, L, "cuda", L + 1)
+            for axis, pw, pw64 in (("row", w.row, w64.row), ("col", w.col, w64.col)):
+                ref = pass64(x, pw64, heads, axis, w.eps, mask, residual=False)
+                torch_err = rel_err(af.reference.reference_pass(x, *pw, num_heads=heads, axis=axis, eps=w.eps,
+                                                                mask=mask, residual=False), ref)
+                tol = 1e-5 if dtype == torch.float32 and not torch.backends.cuda.matmul.allow_tf32 else \
+                    2 * torch_err + FLOOR[dtype]
+                for path in paths:
+                    if (path == FUSED_SM90) == gate:  # (the Hopper fused kernel has no gate; it alone runs ungated)
+                        continue
+                    torch.full((x.numel() * 8,), float("nan"), device="cuda")  # poison the free blocks
+                    with torch.inference_mode(), force_path(path):
+                        try:
+                            out = af.axial_pass(x, pw, num_heads=heads, axis=axis, eps=w.eps, mask=mask,
+                                                residual=False, strict=True)
+                        except RuntimeError as e:
+                            if "do not fit in one block's shared memory" in str(e) or "was forced" in str(e):
+                                continue
+                            raise
+                    err = rel_err(out, ref)
+                    assert err <= tol, f"{axis} L {L} path {path} gate {gate}: error {err:.3g} > {tol:.3g}"
+        if gate:
+            with torch.inference_mode():
+                out = af.axial_attention(x, w, mask=mask, strict=True)
+            y = af.reference.reference_pass(x, *w.row, num_heads=heads, axis="row", eps=w.eps, mask=mask)
+            torch_out = af.reference.reference_pass(y, *w.col, num_heads=heads, axis="col", eps=w.eps, mask=mask)
+            ref = attention64(x, w64, mask)
+            assert rel_err(out, ref) <= 2 * rel_err(torch_out, ref) + FLOOR[dtype]
 
 
 @gpu

@@ -302,7 +302,7 @@ struct Spec {
     const int64_t tokens = p.num_seq * p.len;
     bool prep = false;
     if constexpr (EXTRAS) {
-      prep = p.key_bits || p.bias_frag;
+      prep = p.key_bits || (p.bias_frag && p.bias);  // (a bias from bias_w is K1's to write)
       if (prep) {  // the attention kernel's prepared terms, in its order
         const int64_t blocks = terms_prep_blocks(p, HEADS);
         const bool frag = kHopperAttention && p.arch == 90;

@@ -82,6 +82,13 @@ struct PassParams {
   const __half* bias_frag;
   int64_t bias_frag_stride_b;
   int kp;
+  // The bias computed from the pass's own LayerNorm output (PassWeights::bias_w, the triangle bias;
+  // null: none): bias[b, h, i, j] = LN(token j of sequence i) . bias_w[h] for the sequences of batch
+  // element b (seq_inner == len). Set only where the Hopper attention kernel reads the bias prepared:
+  // K1 (ln_qkv_sm90_body) then writes bias_frag from its normalised rows; elsewhere run_pass computes
+  // the bias beforehand (the pair-bias kernel) and passes it as `bias`.
+  const void* bias_w;
+  int heads;  // num_heads (K1, which serves every head count of its D, reads it for bias_w)
 
   int arch;       // the device's compute capability, major * 10 + minor (90 selects the Hopper kernels)
   int path;       // PassPath
@@ -124,11 +131,23 @@ __host__ __device__ constexpr int bias_block_row(int pos) { return ((pos >> 5) &
 __host__ __device__ constexpr int bias_block_key(int pos) {
   return 8 * (4 * ((pos >> 8) & 1) + ((pos >> 1) & 3)) + 2 * ((pos >> 3) & 3) + (pos & 1);
 }
+// The inverse: the element of a block holding (row, key), row < 16, key < 64.
+__host__ __device__ constexpr int bias_block_pos(int row, int key) {
+  return ((row >> 3) << 9) | (((key >> 5) & 1) << 8) | ((row & 7) << 5) | (((key >> 1) & 3) << 3) |
+         (((key >> 3) & 3) << 1) | (key & 1);
+}
+constexpr bool bias_block_pos_inverts() {
+  for (int pos = 0; pos < 1024; ++pos)
+    if (bias_block_pos(bias_block_row(pos), bias_block_key(pos)) != pos) return false;
+  return true;
+}
+static_assert(bias_block_pos_inverts(), "bias_block_pos must invert bias_block_row / bias_block_key");
 
 // Whether a pass uses any of the optional features: every kernel has a plain variant (the pass
 // without them, compiled as if they did not exist) and an EXTRAS variant that reads them.
 inline bool has_extras(const PassParams& p) {
-  return p.mask != nullptr || p.bias != nullptr || p.gated != 0 || p.qkv_bias != nullptr || p.residual == 0;
+  return p.mask != nullptr || p.bias != nullptr || p.bias_w != nullptr || p.gated != 0 || p.qkv_bias != nullptr ||
+         p.residual == 0;
 }
 
 // What each compiled specialization exports to the dispatcher (one per generated kernels/*.cu).

@@ -38,7 +38,8 @@ _SCALAR_NAMES = {torch.float32: "Float", torch.float64: "Double", torch.float16:
                  torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char",
                  torch.uint8: "Byte", torch.bool: "Bool", torch.complex64: "ComplexFloat",
                  torch.complex128: "ComplexDouble"}
-_FIELDS = ("norm_weight", "norm_bias", "qkv_weight", "out_weight", "out_bias", "qkv_bias", "gate_weight", "gate_bias")
+_FIELDS = ("norm_weight", "norm_bias", "qkv_weight", "out_weight", "out_bias", "qkv_bias", "gate_weight", "gate_bias",
+           "bias_weight")
 PAIR_BIAS_MAX_C, PAIR_BIAS_MAX_HEADS = 1024, 32  # include/axial_fused/pair_bias.h
 
 
@@ -108,7 +109,7 @@ def _check_bias(x, bias, num_heads: int, axis: int, name: str) -> None:
 
 
 def check_call(x, passes, num_heads: int, eps: float, mask, biases, cuda: bool = False) -> None:
-    """The operator's checks. passes: one or two tuples of the 8 weights (None: absent); biases:
+    """The operator's checks. passes: one or two tuples of the 9 weights (None: absent); biases:
     ((bias, axis), ...) per pass; cuda: also what only the CUDA kernel needs (x on CUDA, a compiled
     specialization)."""
     _check(x is not None, ValueError, "x is missing (None)")
@@ -117,7 +118,7 @@ def check_call(x, passes, num_heads: int, eps: float, mask, biases, cuda: bool =
     D = x.shape[3]
     _check_heads(x, num_heads)
     _check(math.isfinite(eps) and eps > 0, ValueError, "eps must be a positive finite number, got ", _num(eps))
-    shapes = ((D,), (D,), (3 * D, D), (D, D), (D,), (3 * D,), (D, D), (D,))
+    shapes = ((D,), (D,), (3 * D, D), (D, D), (D,), (3 * D,), (D, D), (D,), (num_heads, D))
     for i, pw in enumerate(passes):
         prefix = ("row_", "col_")[i] if len(passes) == 2 else ""
         for f, (w, shape) in enumerate(zip(pw, shapes)):
@@ -129,7 +130,7 @@ def check_call(x, passes, num_heads: int, eps: float, mask, biases, cuda: bool =
     _check(x.shape[1] >= 1 and x.shape[2] >= 1, ValueError, "H and W must be at least 1, got x of shape ", _shape(x))
     _check(x.shape[1] * x.shape[2] < 2 ** 31 and x.shape[1] <= 2 ** 24 and x.shape[2] <= 2 ** 24, ValueError,
            "x of shape ", _shape(x), " is too large: H * W must be below 2^31 and H, W at most 2^24")
-    _check_extras(x, num_heads, mask, biases)
+    _check_extras(x, num_heads, mask, biases, passes)
     if cuda:
         from . import _ext
         _check(x.is_cuda, ValueError, "the CUDA kernel got x on ", x.device)
@@ -175,8 +176,8 @@ def _bind(op, args, kwargs):
 
 def _pass_args(args):
     """axial_pass's arguments as (x, [weights], num_heads, axis, eps, mask, bias, residual)."""
-    x, nw, nb, qkv, ow, ob, num_heads, axis, eps, qkv_b, gw, gb, mask, bias, residual = args
-    return x, (nw, nb, qkv, ow, ob, qkv_b, gw, gb), num_heads, axis, eps, mask, bias, residual
+    x, nw, nb, qkv, ow, ob, num_heads, axis, eps, qkv_b, gw, gb, mask, bias, residual, bw = args
+    return x, (nw, nb, qkv, ow, ob, qkv_b, gw, gb, bw), num_heads, axis, eps, mask, bias, residual
 
 
 def _attention_args(args):
@@ -184,7 +185,7 @@ def _attention_args(args):
     col_bias, residual)."""
     x, *w = args[:11]
     num_heads, eps = args[11], args[12]
-    r_opt, c_opt = args[13:16], args[16:19]
+    r_opt, c_opt = (*args[13:16], args[23]), (*args[16:19], args[24])
     mask, row_bias, col_bias, residual = args[19:23]
     return x, (*w[:5], *r_opt), (*w[5:10], *c_opt), num_heads, eps, mask, row_bias, col_bias, residual
 
@@ -197,31 +198,42 @@ def _check_heads(x, num_heads: int) -> None:
            " is not divisible by num_heads = ", num_heads)
 
 
-def _check_grad_call(x, num_heads, mask, biases) -> None:
+def _check_grad_call(x, num_heads, mask, biases, passes) -> None:
     """What the reference math needs: x [B, H, W, D] with D divisible by the heads, valid extras."""
     check_rank(x)
     _check_heads(x, num_heads)
-    _check_extras(x, num_heads, mask, biases)
+    _check_extras(x, num_heads, mask, biases, passes)
 
 
-def _check_extras(x, num_heads, mask, biases) -> None:
+def _check_bias_weight(x, w, bias, prefix: str) -> None:
+    if w[8] is None:
+        return
+    _check(x.shape[1] == x.shape[2], ValueError, prefix, "bias_weight needs a square grid (H == W: the bias of query "
+           "i, key j comes from token (i, j)), got x of shape ", _shape(x))
+    _check(bias is None, ValueError, prefix, "bias and ", prefix, "bias_weight were both given; give one (add a fixed "
+           "bias to the computed one in PyTorch and pass the sum as ", prefix, "bias)")
+
+
+def _check_extras(x, num_heads, mask, biases, passes) -> None:
     _check_mask(x, mask)
-    for i, (b, axis) in enumerate(biases):
-        _check_bias(x, b, num_heads, axis, (("row_", "col_")[i] if len(biases) == 2 else "") + "bias")
+    for i, ((b, axis), w) in enumerate(zip(biases, passes)):
+        prefix = ("row_", "col_")[i] if len(biases) == 2 else ""
+        _check_bias(x, b, num_heads, axis, prefix + "bias")
+        _check_bias_weight(x, w, b, prefix)
 
 
 def _check_pass_call(args, mode: str) -> None:
     x, w, num_heads, axis, eps, mask, bias, _ = _pass_args(args)
     check_axis(axis)
     if mode == "grad":
-        return _check_grad_call(x, num_heads, mask, ((bias, axis),))
+        return _check_grad_call(x, num_heads, mask, ((bias, axis),), (w,))
     check_call(x, (w,), num_heads, eps, mask, ((bias, axis),), mode == "cuda")
 
 
 def _check_attention_call(args, mode: str) -> None:
     x, rw, cw, num_heads, eps, mask, rb, cb, _ = _attention_args(args)
     if mode == "grad":
-        return _check_grad_call(x, num_heads, mask, ((rb, 0), (cb, 1)))
+        return _check_grad_call(x, num_heads, mask, ((rb, 0), (cb, 1)), (rw, cw))
     check_call(x, (rw, cw), num_heads, eps, mask, ((rb, 0), (cb, 1)), mode == "cuda")
 
 
@@ -349,12 +361,15 @@ def register() -> None:
                                                  _attention_reference), "Autograd", with_keyset=True)
     lib.impl("pair_bias", _autograd_kernel(ops.pair_bias.default, _check_pair_bias_call, _pair_bias_reference),
              "Autograd", with_keyset=True)
-    # axial_pass: x, the 5 weights, then (num_heads, axis, eps), the 3 optional weights, mask, bias.
-    lib.impl("axial_pass", _autocast_kernel(ops.axial_pass.default, (0, 1, 2, 3, 4, 5, 9, 10, 11), (13,)),
+    # axial_pass: x, the 5 weights, then (num_heads, axis, eps), 3 optional weights, mask, bias,
+    # (residual,) the bias weight.
+    lib.impl("axial_pass", _autocast_kernel(ops.axial_pass.default, (0, 1, 2, 3, 4, 5, 9, 10, 11, 15), (13,)),
              "AutocastCUDA", with_keyset=True)
-    # axial_attention: x, 10 weights, (num_heads, eps), 6 optional weights, mask, row_bias, col_bias.
-    lib.impl("axial_attention", _autocast_kernel(ops.axial_attention.default, (0, *range(1, 11), *range(13, 19)),
-                                                 (20, 21)), "AutocastCUDA", with_keyset=True)
+    # axial_attention: x, 10 weights, (num_heads, eps), 6 optional weights, mask, row_bias, col_bias,
+    # (residual,) the two bias weights.
+    lib.impl("axial_attention", _autocast_kernel(ops.axial_attention.default,
+                                                 (0, *range(1, 11), *range(13, 19), 23, 24), (20, 21)),
+             "AutocastCUDA", with_keyset=True)
     _registered.append(lib)  # a Library deregisters its kernels when collected
 
 

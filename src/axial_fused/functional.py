@@ -33,12 +33,13 @@ class FusedFallbackWarning(UserWarning):
     """Warned once per reason when a call falls back to the PyTorch reference."""
 
 
-_FIELDS = ("norm_weight", "norm_bias", "qkv_weight", "out_weight", "out_bias", "qkv_bias", "gate_weight", "gate_bias")
+_FIELDS = ("norm_weight", "norm_bias", "qkv_weight", "out_weight", "out_bias", "qkv_bias", "gate_weight", "gate_bias",
+           "bias_weight")
 _REQUIRED = 5  # the first five; the rest may be None
 
 
 class PassWeights(NamedTuple):
-    """The parameters of one axial pass (nn.Linear / nn.LayerNorm layouts). The last three are optional."""
+    """The parameters of one axial pass (nn.Linear / nn.LayerNorm layouts). The last four are optional."""
     norm_weight: torch.Tensor  # [D]
     norm_bias: torch.Tensor    # [D]
     qkv_weight: torch.Tensor   # [3D, D]: rows 0..D-1 q, D..2D-1 k, 2D..3D-1 v
@@ -47,15 +48,19 @@ class PassWeights(NamedTuple):
     qkv_bias: torch.Tensor | None = None     # [3D]: added after the projection (q | k | v)
     gate_weight: torch.Tensor | None = None  # [D, D]: o * sigmoid(LN(x) W_g^T + b_g) before out_proj
     gate_bias: torch.Tensor | None = None    # [D] (only with gate_weight; None: zero)
+    # [heads, D]: the logit bias computed from the pass's own LayerNorm output, the triangle bias of
+    # AF2's Algorithms 13 / 14: query i, key j of a sequence get LN(token (i, j)) . bias_weight[h],
+    # the token at position j of sequence i (H == W; not with a `bias` for the same pass)
+    bias_weight: torch.Tensor | None = None
 
 
 def _as_pass(pw, name: str) -> PassWeights:
-    """pw as a PassWeights (a tuple or list of 5 to 8 tensors is accepted); TypeError otherwise."""
+    """pw as a PassWeights (a tuple or list of 5 to 9 tensors is accepted); TypeError otherwise."""
     if isinstance(pw, PassWeights):
         return pw
     if isinstance(pw, (tuple, list)) and _REQUIRED <= len(pw) <= len(_FIELDS):
         return PassWeights(*pw)
-    raise TypeError(f"{name} must be a PassWeights (or a tuple of its 5 to 8 fields), got {type(pw).__name__}")
+    raise TypeError(f"{name} must be a PassWeights (or a tuple of its 5 to 9 fields), got {type(pw).__name__}")
 
 
 def _check_pass(pw, name: str, dim: int | None = None) -> int:
@@ -75,11 +80,14 @@ def _check_pass(pw, name: str, dim: int | None = None) -> int:
         dim = ref.shape[0]
     vec, square = (dim,), (dim, dim)
     dtype, device = ref.dtype, ref.device
-    for field, t, shape in zip(_FIELDS, pw, (vec, vec, (3 * dim, dim), square, vec, (3 * dim,), square, vec)):
+    heads = pw.bias_weight.shape[0] if pw.bias_weight is not None and pw.bias_weight.dim() == 2 else -1
+    for field, t, shape in zip(_FIELDS, pw, (vec, vec, (3 * dim, dim), square, vec, (3 * dim,), square, vec,
+                                             (heads, dim))):
         if t is None:
             continue
         if t.shape != shape:
-            raise ValueError(f"{name}.{field} has shape {tuple(t.shape)}, expected {shape} for D = {dim}")
+            expected = "[heads, D]" if field == "bias_weight" else shape
+            raise ValueError(f"{name}.{field} has shape {tuple(t.shape)}, expected {expected} for D = {dim}")
         if t.dtype != dtype:
             raise TypeError(f"{name}.{field} is {t.dtype} but {name}.norm_weight is {dtype}: "
                             f"all weights must share one dtype")
@@ -358,6 +366,22 @@ def _check_bias(bias, x: torch.Tensor, num_heads: int, axis: str, name: str) -> 
         raise ValueError(f"{name} is on {bias.device} but x is on {x.device}")
 
 
+def _check_bias_weight(pw: PassWeights, x: torch.Tensor, num_heads: int, bias, name: str, bias_name: str) -> None:
+    """A pass's bias_weight: [num_heads, D], on a square grid, without a bias beside it."""
+    bw = pw.bias_weight
+    if bw is None:
+        return
+    if bw.shape[0] != num_heads:
+        raise ValueError(f"{name}.bias_weight has shape {tuple(bw.shape)}, expected [num_heads, D] = "
+                         f"[{num_heads}, {x.shape[3]}]")
+    if x.shape[1] != x.shape[2]:
+        raise ValueError(f"{name}.bias_weight needs a square grid (H == W: the bias of query i, key j comes from "
+                         f"token (i, j)), got x of shape {tuple(x.shape)}")
+    if bias is not None:
+        raise ValueError(f"{bias_name} and {name}.bias_weight were both given; give one (add a fixed bias to the "
+                         f"computed one in PyTorch and pass the sum as {bias_name})")
+
+
 def _check_residual(residual) -> None:
     if not isinstance(residual, bool):
         raise TypeError(f"residual must be a bool, got {type(residual).__name__}")
@@ -380,12 +404,14 @@ def _attention(x, row: PassWeights, col: PassWeights, num_heads: int, eps: float
         _check_bias(col_bias, x, num_heads, "col", "col_bias")
         _check_residual(residual)
     row, col = _as_pass(row, "row"), _as_pass(col, "col")
+    _check_bias_weight(row, x, num_heads, row_bias, "row", "row_bias")
+    _check_bias_weight(col, x, num_heads, col_bias, "col", "col_bias")
     reason = _reason(x, (row, col), dim, num_heads, (row_bias, col_bias))
     if reason is None:
         if x.shape[0] == 0:
             return torch.empty_like(x, memory_format=torch.contiguous_format)
         return call_checked(torch.ops.axial_fused.axial_attention.default, x, *row[:5], *col[:5], num_heads, eps,
-                            *row[5:], *col[5:], mask, row_bias, col_bias, residual)
+                            *row[5:8], *col[5:8], mask, row_bias, col_bias, residual, row[8], col[8])
     _fallback(reason, strict)
     x = reference_pass(x, *row, num_heads=num_heads, axis="row", eps=eps, mask=mask, bias=row_bias, residual=residual)
     return reference_pass(x, *col, num_heads=num_heads, axis="col", eps=eps, mask=mask, bias=col_bias, residual=residual)
@@ -411,8 +437,9 @@ def axial_pass(x: torch.Tensor, pass_weights: PassWeights, *, num_heads: int, ax
                mask: torch.Tensor | None = None, bias: torch.Tensor | None = None, residual: bool = True,
                strict: bool = False) -> torch.Tensor:
     """One pass along ``axis`` ("row" or "col"): ``x + OutProj(MHA(QKV(LN(x))))``, with the pass's
-    optional q/k/v bias and sigmoid gate (``PassWeights``), key ``mask`` ``[B, H, W]``, logit
-    ``bias`` ``[1 or B, heads, L, L]``; ``residual=False`` returns ``OutProj(...)`` alone."""
+    optional q/k/v bias, sigmoid gate and computed logit bias (``PassWeights``), key ``mask``
+    ``[B, H, W]``, logit ``bias`` ``[1 or B, heads, L, L]``; ``residual=False`` returns
+    ``OutProj(...)`` alone."""
     if axis not in ("row", "col"):
         raise ValueError(f"axis must be 'row' or 'col', got {axis!r}")
     pw = _as_pass(pass_weights, "pass_weights")
@@ -431,12 +458,13 @@ def _run_pass(x, pw: PassWeights, dim: int, num_heads: int, axis: str, eps: floa
         _check_mask(mask, x)
         _check_bias(bias, x, num_heads, axis, "bias")
         _check_residual(residual)
+    _check_bias_weight(pw, x, num_heads, bias, "pass_weights", "bias")
     reason = _reason(x, (pw,), dim, num_heads, (bias,))
     if reason is None:
         if x.shape[0] == 0:
             return torch.empty_like(x, memory_format=torch.contiguous_format)
         return call_checked(torch.ops.axial_fused.axial_pass.default, x, *pw[:5], num_heads, 0 if axis == "row" else 1,
-                            eps, *pw[5:], mask, bias, residual)
+                            eps, *pw[5:8], mask, bias, residual, pw[8])
     _fallback(reason, strict)
     return reference_pass(x, *pw, num_heads=num_heads, axis=axis, eps=eps, mask=mask, bias=bias, residual=residual)
 

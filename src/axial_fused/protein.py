@@ -100,26 +100,27 @@ class Attention(nn.Module):
         self._share()
         return out
 
-    def pass_weights(self, norm: nn.LayerNorm) -> tuple[PassWeights, int | None]:
-        """The fused pass's weights with ``norm`` as its LayerNorm, and their D where they have been
-        checked (functional._check_pass and _check_heads; None: not checked). W = [W_q; W_k; W_v;
-        W_g] is the shared tensor itself (no copy) where the parameters are its views and neither
-        gradients nor torch.compile's tracing need differentiable, traceable ops; otherwise it is
-        stacked by a copy; b_g goes as the gate's bias alone. The shared form is built and checked once, then
-        kept while the pass's nine parameters are the same objects and the projections the same
-        views: in-place changes reach it through them, any other change builds it anew."""
+    def pass_weights(self, norm: nn.LayerNorm, tri: nn.Linear | None = None) -> tuple[PassWeights, int | None]:
+        """The fused pass's weights with ``norm`` as its LayerNorm (and ``tri``'s weight as the
+        triangle bias's, PassWeights.bias_weight), and their D where they have been checked
+        (functional._check_pass and _check_heads; None: not checked). W = [W_q; W_k; W_v; W_g] is the
+        shared tensor itself (no copy) where the parameters are its views and neither gradients nor
+        torch.compile's tracing need differentiable, traceable ops; otherwise it is stacked by a
+        copy; b_g goes as the gate's bias alone. The shared form is built and checked once, then
+        kept while the pass's parameters are the same objects and the projections the same views:
+        in-place changes reach it through them, any other change builds it anew."""
         n = norm._parameters
-        ps = (*self._projections(), n["weight"], n["bias"])
+        ps = (*self._projections(), n["weight"], n["bias"], None if tri is None else tri._parameters["weight"])
         traced = torch.compiler.is_compiling() or (
             torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in ps))
         shared = not traced and self._shared(ps)
         c = self.__dict__.get("_cached")  # (absent in a module pickled by an older version)
         if shared and c is not None and all(a is b for a, b in zip(c[0], ps)):
             return c[1], c[2]
-        wq, wk, wv, wg, bg, wo, bo, nw, nb = ps
+        wq, wk, wv, wg, bg, wo, bo, nw, nb, bw = ps
         W = self._W if shared else torch.cat((wq, wk, wv, wg))
         rows = 3 * wg.shape[0]
-        pw = PassWeights(nw, nb, W[:rows], wo, bo, gate_weight=W[rows:], gate_bias=bg)
+        pw = PassWeights(nw, nb, W[:rows], wo, bo, gate_weight=W[rows:], gate_bias=bg, bias_weight=bw)
         if not shared:
             return pw, None
         dim = _check_pass(pw, "pass_weights")
@@ -202,23 +203,30 @@ def _torch_pass(x, norm: nn.LayerNorm, mha: Attention, axis: str, mask, bias) ->
     return out.transpose(1, 2) if axis == "col" else out
 
 
-def _update(x: torch.Tensor, norm: nn.LayerNorm, mha: Attention, axis: str, mask, bias) -> torch.Tensor:
+def _update(x: torch.Tensor, norm: nn.LayerNorm, mha: Attention, axis: str, mask, bias,
+            tri: nn.Linear | None = None) -> torch.Tensor:
     """One pass's update over x [*, H, W, C] (mask [*, H, W], bias [*, heads, L, L] or None), fused
-    where it can be."""
+    where it can be. tri: the triangle bias's projection (H == W), applied to the pass's own
+    LayerNorm output (PassWeights.bias_weight): query i, key j of the pass get tri(LN(its token
+    (i, j))), x[i, j] in the row pass and x[j, i] in the column pass."""
     lead, grid = x.shape[:-3], x.shape[-3:]
+    heads = mha.no_heads
+    fused = mha.c_hidden * heads == grid[-1]
+    if tri is not None and not fused:  # [*, heads, I, J]: t[h, i, j] from x[i, j]
+        t = _pair_bias(x, norm, tri)
+        bias = t if axis == "row" else t.transpose(-1, -2)
     flat = x.dim() == 4  # (reshapes are views, yet a few µs of an eager call's host time)
     x4 = x if flat else x.reshape(-1, *grid)
     m4 = mask if mask is None or flat else mask.reshape(-1, *grid[:2])
     b4 = bias if bias is None or flat else bias.reshape(-1, *bias.shape[-3:])
     if b4 is not None and b4.dtype not in (torch.float32, x.dtype):  # (the kernels take these two)
         b4 = b4.to(x.dtype)
-    heads = mha.no_heads
-    if mha.c_hidden * heads != grid[-1]:
+    if not fused:
         _warn_once(f"c_hidden * no_heads = {mha.c_hidden} * {heads} differs from the channels "
                    f"({grid[-1]}); the fused kernels need them equal")
         out = _torch_pass(x4, norm, mha, axis, m4, b4)
     else:
-        pw, dim = mha.pass_weights(norm)
+        pw, dim = mha.pass_weights(norm, tri)
         if dim is not None:
             out = _run_pass(x4, pw, dim, heads, axis, norm.eps, m4, b4, False, False)
         else:
@@ -304,10 +312,9 @@ class TriangleAttention(nn.Module):
         if x.shape[-3] != x.shape[-2]:
             raise ValueError(f"x has shape {tuple(x.shape)}: the triangle bias needs a square pair "
                              f"representation [*, N_res, N_res, c_in]")
-        t = _pair_bias(x, self.layer_norm, self.linear)  # [*, heads, I, J]: t[h, i, j] = linear(LN(x[i, j]))[h]
-        # starting node: bias[h, q, k] = t[h, q, k]; ending node (the transposed frame): t[h, k, q]
-        bias = t if self.starting else t.transpose(-1, -2)
-        return _update(x, self.layer_norm, self.mha, "row" if self.starting else "col", mask, bias)
+        # The triangle bias linear(LN(x)) from the pass's own LayerNorm output: starting node,
+        # bias[h, q, k] from x[q, k]; ending node (the transposed frame), from x[k, q].
+        return _update(x, self.layer_norm, self.mha, "row" if self.starting else "col", mask, None, tri=self.linear)
 
 
 TriangleAttentionStartingNode = TriangleAttention

@@ -26,7 +26,7 @@ def replace_absent(logits: torch.Tensor, absent: torch.Tensor) -> torch.Tensor:
 
 
 def reference_pass(x: torch.Tensor, norm_weight, norm_bias, qkv_weight, out_weight, out_bias, qkv_bias=None,
-                   gate_weight=None, gate_bias=None, *, num_heads: int, axis: str, eps: float = 1e-5,
+                   gate_weight=None, gate_bias=None, bias_weight=None, *, num_heads: int, axis: str, eps: float = 1e-5,
                    attention: str = "sdpa", mask: torch.Tensor | None = None, bias: torch.Tensor | None = None,
                    residual: bool = True) -> torch.Tensor:
     """One axial pass, ``x + OutProj(MHA(QKV(LN(x))))`` along ``axis`` ("row": sequences x[b, i, :, :],
@@ -36,7 +36,9 @@ def reference_pass(x: torch.Tensor, norm_weight, norm_bias, qkv_weight, out_weig
     ``gate_bias`` [D]: the attention output times ``sigmoid(LN(x) W_g^T + b_g)`` before the output
     projection; ``mask`` [B, H, W] (true / nonzero: present): an absent key's logit becomes
     MASKED_LOGIT (masked_fill, so a query with no key present attends uniformly); ``bias``
-    [1 or B, heads, L, L] added to the scaled logits; ``residual=False``: the update alone."""
+    [1 or B, heads, L, L] added to the scaled logits, or computed from the LayerNorm output with
+    ``bias_weight`` [heads, D] (H == W): query i, key j of a sequence get LN(its token (i, j)) .
+    bias_weight[h], the token at position j of sequence i; ``residual=False``: the update alone."""
     if axis not in ("row", "col"):
         raise ValueError(f"axis must be 'row' or 'col', got {axis!r}")
     if attention not in ("sdpa", "explicit"):
@@ -46,6 +48,10 @@ def reference_pass(x: torch.Tensor, norm_weight, norm_bias, qkv_weight, out_weig
     B, S, L, D = x.shape
     hd = D // num_heads
     h = F.layer_norm(x, (D,), norm_weight, norm_bias, eps)
+    if bias_weight is not None:  # [B, S, L, heads] -> [B, heads, S (queries), L (keys)]
+        if bias is not None:
+            raise ValueError("reference_pass: give bias or bias_weight, not both")
+        bias = F.linear(h, bias_weight).permute(0, 3, 1, 2)
     qkv = F.linear(h, qkv_weight, qkv_bias)                         # [B, S, L, 3D]
     qkv = qkv.reshape(B * S, L, 3, num_heads, hd).permute(2, 0, 3, 1, 4)  # [3, B*S, heads, L, hd]
     q, k, v = qkv[0], qkv[1], qkv[2]

@@ -105,7 +105,7 @@ struct FragmentTerms {
 // Hopper attention kernel's fragment order, the keys past L absent; else keys in order, the keys past
 // L present); each block after them one 2 KB warp
 // block of bias_frag (bias_block_row / _key), a thread 8 elements as one 16-byte store, so no thread
-// divides more than once. Launched before K1 of the two-kernel path: terms_prep_blocks(p, heads)
+// divides more than once (a bias from PassParams::bias_w is K1's to write: no blocks for it). Launched before K1 of the two-kernel path: terms_prep_blocks(p, heads)
 // blocks of kTermsPrepThreads threads.
 constexpr int kTermsPrepThreads = 128;
 __host__ __device__ inline int64_t terms_prep_key_blocks(const PassParams& p) {
@@ -114,7 +114,7 @@ __host__ __device__ inline int64_t terms_prep_key_blocks(const PassParams& p) {
 // The whole grid: the key-bit blocks, then one per warp block of each (batch, head)'s kp x kp bias.
 inline int64_t terms_prep_blocks(const PassParams& p, int heads) {
   const int64_t batches = p.bias_stride_b == 0 ? 1 : p.num_seq / p.seq_inner;
-  return terms_prep_key_blocks(p) + (p.bias_frag ? batches * heads * (p.kp / 16) * (p.kp / 64) : 0);
+  return terms_prep_key_blocks(p) + (p.bias_frag && p.bias ? batches * heads * (p.kp / 16) * (p.kp / 64) : 0);
 }
 template <class T, bool FRAG>
 __global__ void __launch_bounds__(kTermsPrepThreads) terms_prep_kernel(const __grid_constant__ PassParams p, int heads) {

@@ -5,6 +5,7 @@
 #pragma once
 #include <cuda.h>  // CUtensorMap
 
+#include "axial_fused/sm80/warp_mma.cuh"
 #include "axial_fused/sm90/layernorm_sw128.cuh"
 #include "axial_fused/sm90/wg_gemm.cuh"
 
@@ -65,6 +66,55 @@ struct QkvSm90 {
   static_assert(A_BYTES + S * STAGE <= BUDGET && N % (WGN * BNW) == 0 && 4 * D % (WGN * BNW) == 0,
                 "no Hopper QKV configuration fits");  // (4D: with the gate's block)
 };
+
+// The pass's bias from its own normalised rows (PassParams::bias_w, the triangle bias), written into
+// the prepared bias that the attention kernel reads (bias_frag, params.h): a consumer warp takes 16
+// rows of A and one tile of 8 heads at a time, their products on mma.sync (m16n8k16: A fragments
+// from the SW128 tile, bias_w's rows as B fragments from global memory, where every block reads the
+// same few KB), and stores each value as the prep kernel would (times sqrt(head_dim), float16,
+// saturated). Token (sequence s, position l) gives query s % seq_inner, key l of batch element
+// s / seq_inner. Each (head, query, key) has one token, so the stores never overlap; entries past
+// L (kp > L) are zeroed by the launch.
+template <class T, int D, int BM>
+__device__ __forceinline__ void self_bias_to_frag(const PassParams& p, const T* A, int64_t t0, int rows) {
+  constexpr int RW = BM / 16;  // warps over the block's rows; 8 / RW warps over the head tiles
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, r0 = (warp % RW) * 16;
+  const int heads = p.heads, kp = p.kp;
+  // This lane's two rows (g, g + 8): where their (query, key) lies in a head's plane, -1 past the tokens.
+  int64_t at[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int r = r0 + g + 8 * i;
+    at[i] = -1;
+    if (r < rows) {
+      const int64_t tok = t0 + r, s = tok / p.len, b = s / p.seq_inner;
+      const int q = int(s - b * p.seq_inner), l = int(tok - s * p.len);
+      at[i] = b * p.bias_frag_stride_b + (int64_t(q >> 4) * (kp >> 6) + (l >> 6)) * 1024 + bias_block_pos(q & 15, l & 63);
+    }
+  }
+  const T* w = static_cast<const T*>(p.bias_w);
+  __half* out = const_cast<__half*>(p.bias_frag);
+  const float root_hd = 1.4426950408889634f / p.scale_log2;
+  for (int h0 = (warp / RW) * 8; h0 < heads; h0 += 64 / RW) {
+    const int n = h0 + g;  // the head of this lane's B fragments (zeros past the heads)
+    const T* wn = w + int64_t(n < heads ? n : 0) * D + 2 * t;
+    float c[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll 8
+    for (int k0 = 0; k0 < D; k0 += 16) {
+      uint32_t a[4];
+      a_frag_sw128<BM>(a, A, r0, k0);
+      const uint32_t b0 = n < heads ? *reinterpret_cast<const uint32_t*>(wn + k0) : 0u;
+      const uint32_t b1 = n < heads ? *reinterpret_cast<const uint32_t*>(wn + k0 + 8) : 0u;
+      mma16816<T>(c, a, b0, b1);
+    }
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {  // c[e]: row g + 8 (e >> 1), head h0 + 2t + (e & 1)
+      const int h = h0 + 2 * t + (e & 1);
+      if (h < heads && at[e >> 1] >= 0)
+        out[at[e >> 1] + int64_t(h) * kp * kp] = __float2half_rn(fminf(fmaxf(c[e] * root_hd, -65504.f), 65504.f));
+    }
+  }
+}
 
 // The body of K1 (ln_qkv_sm90_kernel); TMA: the cluster form (ln_qkv_sm90_tma_kernel),
 // `wmap` the QKV weight's tensor map. EXTRAS (has_extras): the q/k/v bias, and nq = 4D columns with
@@ -152,6 +202,7 @@ __device__ __forceinline__ void ln_qkv_sm90_body(const PassParams& p, const void
   AXIAL_PHASE(0);
   layernorm_sw128<T, D, BM>(p, A);
   named_sync(1, 256);  // every row normalised and fenced before either warpgroup reads A
+  if (EXTRAS && p.bias_w) self_bias_to_frag<T, D, BM>(p, A, t0, rows);
   AXIAL_PHASE(1);
 #ifdef AXIAL_FUSED_PHASE_CLOCK
   if (blockIdx.x < 2 && (threadIdx.x & 127) == 0)

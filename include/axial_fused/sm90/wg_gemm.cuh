@@ -281,15 +281,8 @@ __device__ __forceinline__ void wg_gemm_ws_consume(const T* A, const T* ws, uint
   static_assert(KR == 0 || (KR % (KW / 16) == 0 && KR * 16 < K && S0 < S), "register A: whole chunks, some in smem");
   uint32_t af[KR > 0 ? KR : 1][4];
   if constexpr (KR > 0) {
-    const int r = wm * 64 + warp * 16 + g;
 #pragma unroll
-    for (int ks = 0; ks < KR; ++ks) {
-      const int k = ks * 16 + 2 * t;
-      af[ks][0] = *reinterpret_cast<const uint32_t*>(A + sw128_index<BM>(r, k));
-      af[ks][1] = *reinterpret_cast<const uint32_t*>(A + sw128_index<BM>(r + 8, k));
-      af[ks][2] = *reinterpret_cast<const uint32_t*>(A + sw128_index<BM>(r, k + 8));
-      af[ks][3] = *reinterpret_cast<const uint32_t*>(A + sw128_index<BM>(r + 8, k + 8));
-    }
+    for (int ks = 0; ks < KR; ++ks) a_frag_sw128<BM>(af[ks], A, wm * 64 + warp * 16, ks * 16);
     fence_proxy_async();  // these reads before the copy engine's writes into the same bytes
     __syncwarp();
     if (lane == 0)

@@ -21,6 +21,19 @@ __device__ __forceinline__ int sw128_index(int r, int k) {
   return (k >> 6) * ROWS * 64 + r * 64 + ((((k >> 3) & 7) ^ (r & 7)) << 3) + (k & 7);
 }
 
+// A thread's A fragment of one 16-row x 16-column k-step from an SW128 K-major tile of 16-bit
+// elements (rows r0 .. r0 + 15, columns k0 .. k0 + 15): the layout of wgmma's register A operand and
+// of mma.sync m16n8k16's A (lane 4g + t: rows r0 + g and r0 + g + 8, columns k0 + 2t, + 1 and
+// k0 + 2t + 8, + 9).
+template <int ROWS, class T>
+__device__ __forceinline__ void a_frag_sw128(uint32_t (&a)[4], const T* A, int r0, int k0) {
+  const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3, r = r0 + g, k = k0 + 2 * t;
+  a[0] = *reinterpret_cast<const uint32_t*>(A + sw128_index<ROWS>(r, k));
+  a[1] = *reinterpret_cast<const uint32_t*>(A + sw128_index<ROWS>(r + 8, k));
+  a[2] = *reinterpret_cast<const uint32_t*>(A + sw128_index<ROWS>(r, k + 8));
+  a[3] = *reinterpret_cast<const uint32_t*>(A + sw128_index<ROWS>(r + 8, k + 8));
+}
+
 // Matrix descriptor and row swizzle for a tile whose rows are exactly RB = 64 or 128 bytes (one
 // 16-bit head of 32 or 64 elements per row; 128 is also each 64-column block of an SW128 tile):
 // 64- or 128-byte swizzle, 8-row groups 8 * RB bytes apart. Used K-major (rows = M or N, 16-byte
