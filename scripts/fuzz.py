@@ -9,7 +9,8 @@ copies once), the scale and shift of x, the scales of the weights, the kernel pa
 (automatic, forced fused, forced two-kernel), for float32 TF32 on or off, and with --features (drawn
 last, so that a seed's other fields stay as they are without it) the optional features: a key mask (random holes and a padded
 tail), a logit bias (batch 1 or B, float32 or x's dtype, possibly transposed), the sigmoid gate, the
-q/k/v bias, the update alone. About one in ten draws
+q/k/v bias, the update alone, the bias computed from LN(x) (bias_weight, the grid made square).
+About one in ten draws
 is unsupported on purpose (an uncompiled (dim, heads), or float64): then
 ``fallback_reason`` must say why, ``strict=True`` must raise and the fallback must be correct.
 
@@ -88,11 +89,14 @@ def draw(seed: int, index: int, max_elems: int, specs: list[tuple[str, int, int]
     cfg.update(mask=on and rng.random() < 0.6, bias=on and rng.random() < 0.6, gate=on and rng.random() < 0.5,
                qkv_bias=on and rng.random() < 0.5, residual=not (on and rng.random() < 0.3),
                bias_batch1=rng.random() < 0.5, bias_f32=rng.random() < 0.5, bias_transposed=rng.random() < 0.3)
+    if on and rng.random() < 0.3:  # the bias from LN(x) itself (bias_weight): a square grid, no given bias
+        n = min(cfg["H"], cfg["W"])
+        cfg.update(bias_weight=True, bias=False, H=n, W=n)
     return cfg
 
 
 def has_features(cfg: dict) -> bool:
-    return any(cfg.get(k) for k in ("mask", "bias", "gate", "qkv_bias")) or not cfg.get("residual", True)
+    return any(cfg.get(k) for k in ("mask", "bias", "gate", "qkv_bias", "bias_weight")) or not cfg.get("residual", True)
 
 
 def make_extras(cfg: dict, x: torch.Tensor) -> dict:
@@ -150,7 +154,8 @@ def make_x(cfg: dict, device) -> torch.Tensor:
 def make_w(cfg: dict, device) -> af.AxialWeights:
     dtype = torch.float64 if cfg["dtype"] == "float64" else DTYPES[cfg["dtype"]]
     w = make_weights(cfg["dim"], cfg["heads"], torch.float64, "cpu", seed=cfg["index"] + 104729 * cfg["seed"],
-                     eps=cfg["eps"], qkv_bias=cfg.get("qkv_bias", False), gate=cfg.get("gate", False))
+                     eps=cfg["eps"], qkv_bias=cfg.get("qkv_bias", False), gate=cfg.get("gate", False),
+                     bias_weight=cfg.get("bias_weight", False))
     scale = lambda pw: pw._replace(qkv_weight=pw.qkv_weight * cfg["qkv_scale"], out_weight=pw.out_weight * cfg["out_scale"])
     cv = lambda pw: af.PassWeights(*(None if t is None else t.to(device=device, dtype=dtype) for t in scale(pw)))
     return af.AxialWeights.create(cv(w.row), cv(w.col), cfg["heads"], cfg["eps"])
