@@ -1,4 +1,5 @@
-"""The optional features of a pass (key mask, logit bias, sigmoid gate, q/k/v bias, update only)
+"""The optional features of a pass (key mask, logit bias given or computed from LN(x), sigmoid gate,
+q/k/v bias, update only)
 against helpers.pass64, the float64 reference written from AF2's supplementary Algorithms 7, 8, 13
 and 14 (and the ESM MSA Transformer's column attention: q/k/v biases, a padding mask).
 
