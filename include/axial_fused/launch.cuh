@@ -263,8 +263,9 @@ struct Spec {
     }
     // The mma.sync attention reads the bias with unit key stride (LogitRow); run_pass leaves another
     // stride only where it planned the Hopper attention kernel, so that a fallback from it (a tensor
-    // map that does not encode) fails here rather than read the bias wrongly.
-    if (EXTRAS && p.bias && p.bias_stride_k != 1) return cudaErrorNotSupported;
+    // map that does not encode) fails here rather than read the bias wrongly. Likewise a bias that K1
+    // wrote into bias_frag (p.bias_w), which only the Hopper attention kernel reads.
+    if (EXTRAS && ((p.bias && p.bias_stride_k != 1) || (p.bias_w && !p.bias))) return cudaErrorNotSupported;
     // A mask without a bias goes through the tensor cores where the head tiles are padded in
     // bfloat16 (attn_out_kernel's MASK_MMA).
     if constexpr (EXTRAS && Tr::PADDED && std::is_same<T, __nv_bfloat16>::value) {
