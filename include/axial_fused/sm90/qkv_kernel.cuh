@@ -40,18 +40,11 @@ struct QkvSm90 {
   static constexpr size_t stage_bytes(int bnw) { return size_t(WGN) * bnw * KW * 2; }
   // 128-wide weight chunks (m64n128: half the barriers and less shared-memory traffic per flop than
   // n64) wherever 3 stages of them fit, else 64-wide ones.
-#ifdef AXIAL_FUSED_K1_THREE_BLOCKS
-  // Experiment (default off while it is measured): at D <= 128, 64-wide chunks (half the
-  // accumulator registers) so that three blocks share an SM, each with a ring of up to 8 stages.
-  static constexpr bool THREE = D <= 128;
-#else
-  static constexpr bool THREE = false;
-#endif
-  static constexpr int BNW = !THREE && N % (WGN * 128) == 0 && A_BYTES + 3 * stage_bytes(128) <= BUDGET ? 128 : 64;
+  static constexpr int BNW = N % (WGN * 128) == 0 && A_BYTES + 3 * stage_bytes(128) <= BUDGET ? 128 : 64;
   static constexpr size_t STAGE = stage_bytes(BNW);
   // The ring: as many stages as fit, 3 to 4.
   static constexpr int S_FIT = int((BUDGET - A_BYTES) / STAGE);
-  static constexpr int S_CAP = THREE ? 8 : 4;
+  static constexpr int S_CAP = 4;
   static constexpr int S = S_FIT < 3 ? 3 : S_FIT < S_CAP ? S_FIT : S_CAP;
   static constexpr size_t SMEM = SLACK + A_BYTES + S * STAGE;
   // RS: with a 4-stage ring beside 192 KB of A (D = 768) K1 waits on its weight stream's latency.
@@ -68,7 +61,7 @@ struct QkvSm90 {
   static constexpr int KR = RS ? 4 * RS_PANELS : 0;
   static constexpr int SB = RS ? S + int(RS_BYTES / STAGE) : S;
   // Blocks per SM the register budget is set for (228 KB of shared memory, 1 KB reserved per block).
-  static constexpr int MINB = THREE && 3 * (SMEM + 1024) <= 228 * 1024 ? 3 : 2 * (SMEM + 1024) <= 228 * 1024 ? 2 : 1;
+  static constexpr int MINB = 2 * (SMEM + 1024) <= 228 * 1024 ? 2 : 1;
   static_assert(S <= 8 && (BNW == 64 || BNW == 128), "the warp-specialized product's limits");
   static_assert(A_BYTES + S * STAGE <= BUDGET && N % (WGN * BNW) == 0 && 4 * D % (WGN * BNW) == 0,
                 "no Hopper QKV configuration fits");  // (4D: with the gate's block)
