@@ -195,10 +195,15 @@ void check_shapes(const Tensor& x, int64_t num_heads, double eps, const std::vec
 }
 
 // A pass's bias_weight: its bias is [.., L, L] over L x L tokens, so the grid must be square, and it
-// takes the place of a given bias.
+// takes the place of a given bias. Within the pair-bias kernel's limits, which run_pass uses where K1
+// does not compute it (one limit on every path).
 void check_bias_weight(const Tensor& x, const PassWeights& w, const Tensor& bias, size_t pass, size_t num_passes) {
   if (!w.bias_w.defined()) return;
   const std::string prefix = pass_prefix(pass, num_passes);
+  STD_TORCH_CHECK(w.bias_w.size(0) <= kPairBiasMaxHeads && x.size(3) <= kPairBiasMaxC, "axial_fused: ", prefix,
+                  "bias_weight supports up to ", kPairBiasMaxHeads, " heads and ", kPairBiasMaxC, " channels, got ",
+                  w.bias_w.size(0), " heads and D = ", x.size(3), "; compute the bias in PyTorch and pass it as ",
+                  prefix, "bias");
   STD_TORCH_CHECK(x.size(1) == x.size(2), "axial_fused: ", prefix, "bias_weight needs a square grid (H == W: the "
                   "bias of query i, key j comes from token (i, j)), got x of shape ", shape_str(x));
   STD_TORCH_CHECK(!bias.defined(), "axial_fused: ", prefix, "bias and ", prefix, "bias_weight were both given; "

@@ -228,6 +228,8 @@ def test_op_meta_rejects_features():
     e = lambda *s, dtype=torch.bfloat16: torch.empty(*s, device="meta", dtype=dtype)
     m_ok = e(2, H, W, dtype=torch.bool)
     sq = e(2, H, H, D)
+    wide = 1088  # (past bias_weight's 1024 channels)
+    ws_wide = [e(*s) for s in [(wide,), (wide,), (3 * wide, wide), (wide, wide), (wide,)]]
     assert op.axial_pass(sq, *ws, 4, 1, 1e-5, bias_weight=e(4, D)).shape == sq.shape
     assert op.axial_pass(x, *ws, 4, 0, 1e-5, e(3 * D), e(D, D), e(D), m_ok, e(1, 4, W, W), False).shape == x.shape
     assert op.axial_attention(x, *ws, *ws, 4, 1e-5, mask=m_ok, row_bias=e(2, 4, W, W, dtype=torch.float32),
@@ -253,6 +255,7 @@ def test_op_meta_rejects_features():
          r"bias_weight needs a square grid \(H == W"),
         (lambda: op.axial_attention(sq, *ws, *ws, 4, 1e-5, row_bias=e(1, 4, H, H), row_bias_weight=e(4, D)),
          ValueError, "row_bias and row_bias_weight were both given"),
+        (lambda: op.axial_pass(e(2, H, H, wide), *ws_wide, 4, 0, 1e-5, bias_weight=e(4, wide)), ValueError, r"bias_weight supports up to 32 heads and 1024 channels, got 4 heads and D = 1088"),
     ]
     for call, exc, msg in cases:
         with pytest.raises(exc, match=msg):
@@ -277,6 +280,10 @@ def test_bias_weight_rejected():
     for kw, exc, msg in cases:
         with pytest.raises(exc, match=msg):
             _api_case(x, w, **kw)
+    many = make_weights(320, 40, seed=66, bias_weight=True)  # (past the pair-bias kernel's 32 heads)
+    with pytest.raises(ValueError, match=r"pass_weights.bias_weight supports up to 32 heads and 1024 channels, got 40 "
+                                         r"heads and D = 320; compute the bias in PyTorch and pass it as bias"):
+        _api_case(rand_x((1, 5, 5, 320), torch.float32, "cpu", 67), many, num_heads=40)
     with pytest.raises(ValueError, match=r"bias_weight needs a square grid \(H == W.*shape \(2, 3, 5, 32\)"):
         _api_case(rand_x((2, 3, 5, 32), torch.float32, "cpu", 65), w, axis="col")
     with pytest.raises(ValueError, match="col_bias and col.bias_weight were both given"):

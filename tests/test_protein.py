@@ -295,6 +295,19 @@ def test_modules_compile_fullgraph(name, device):
     assert rel_err(got.float(), want.float()) < (1e-2 if device == "cuda" else 1e-5)
 
 
+@pytest.mark.parametrize("starting", [True, False])
+def test_triangle_past_bias_weight_limits(starting):
+    """More heads than bias_weight takes (40 > 32): the triangle bias computed first and passed as the
+    pass's bias, the same result."""
+    mod = randomise(protein.TriangleAttention(320, 8, 40, starting=starting), 21)
+    g = torch.Generator().manual_seed(22)
+    x, mask = torch.randn(1, 6, 6, 320, generator=g), msa_mask(6, 6, 23)[None]
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", af.FusedFallbackWarning)
+        out = mod(x, mask)
+    assert rel_err(out, triangle64(mod, x[0], mask[0])[None]) < 1e-5
+
+
 def test_c_hidden_not_matching_channels_falls_back():
     """c_hidden * no_heads != c_m (no fused kernel): the same result in PyTorch after a warning."""
     mod = randomise(protein.MSARowAttentionWithPairBias(64, 16, 8, 4), 3)  # 8 * 4 = 32 != 64

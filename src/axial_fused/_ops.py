@@ -208,6 +208,9 @@ def _check_grad_call(x, num_heads, mask, biases, passes) -> None:
 def _check_bias_weight(x, w, bias, prefix: str) -> None:
     if w[8] is None:
         return
+    _check(w[8].shape[0] <= PAIR_BIAS_MAX_HEADS and x.shape[3] <= PAIR_BIAS_MAX_C, ValueError, prefix,
+           "bias_weight supports up to ", PAIR_BIAS_MAX_HEADS, " heads and ", PAIR_BIAS_MAX_C, " channels, got ",
+           w[8].shape[0], " heads and D = ", x.shape[3], "; compute the bias in PyTorch and pass it as ", prefix, "bias")
     _check(x.shape[1] == x.shape[2], ValueError, prefix, "bias_weight needs a square grid (H == W: the bias of query "
            "i, key j comes from token (i, j)), got x of shape ", _shape(x))
     _check(bias is None, ValueError, prefix, "bias and ", prefix, "bias_weight were both given; give one (add a fixed "

@@ -18,7 +18,7 @@ from typing import NamedTuple
 import torch
 
 from . import _ext
-from ._ops import DTYPE_NAMES, call_checked
+from ._ops import DTYPE_NAMES, PAIR_BIAS_MAX_C, PAIR_BIAS_MAX_HEADS, call_checked
 from .reference import reference_pass
 
 __all__ = ["PassWeights", "AxialWeights", "axial_attention", "axial_pass", "fallback_reason", "supported_configs",
@@ -367,13 +367,18 @@ def _check_bias(bias, x: torch.Tensor, num_heads: int, axis: str, name: str) -> 
 
 
 def _check_bias_weight(pw: PassWeights, x: torch.Tensor, num_heads: int, bias, name: str, bias_name: str) -> None:
-    """A pass's bias_weight: [num_heads, D], on a square grid, without a bias beside it."""
+    """A pass's bias_weight: [num_heads, D], on a square grid, without a bias beside it, within the
+    pair-bias kernel's limits (the paths where K1 does not compute it use that kernel)."""
     bw = pw.bias_weight
     if bw is None:
         return
     if bw.shape[0] != num_heads:
         raise ValueError(f"{name}.bias_weight has shape {tuple(bw.shape)}, expected [num_heads, D] = "
                          f"[{num_heads}, {x.shape[3]}]")
+    if num_heads > PAIR_BIAS_MAX_HEADS or x.shape[3] > PAIR_BIAS_MAX_C:
+        raise ValueError(f"{name}.bias_weight supports up to {PAIR_BIAS_MAX_HEADS} heads and {PAIR_BIAS_MAX_C} "
+                         f"channels, got {num_heads} heads and D = {x.shape[3]}; compute the bias in PyTorch "
+                         f"and pass it as {bias_name}")
     if x.shape[1] != x.shape[2]:
         raise ValueError(f"{name}.bias_weight needs a square grid (H == W: the bias of query i, key j comes from "
                          f"token (i, j)), got x of shape {tuple(x.shape)}")

@@ -212,9 +212,10 @@ def _update(x: torch.Tensor, norm: nn.LayerNorm, mha: Attention, axis: str, mask
     lead, grid = x.shape[:-3], x.shape[-3:]
     heads = mha.no_heads
     fused = mha.c_hidden * heads == grid[-1]
-    if tri is not None and not fused:  # [*, heads, I, J]: t[h, i, j] from x[i, j]
-        t = _pair_bias(x, norm, tri)
+    if tri is not None and not (fused and heads <= PAIR_BIAS_MAX_HEADS and grid[-1] <= PAIR_BIAS_MAX_C):
+        t = _pair_bias(x, norm, tri)  # [*, heads, I, J]: t[h, i, j] from x[i, j] (past bias_weight's limits)
         bias = t if axis == "row" else t.transpose(-1, -2)
+        tri = None
     flat = x.dim() == 4  # (reshapes are views, yet a few µs of an eager call's host time)
     x4 = x if flat else x.reshape(-1, *grid)
     m4 = mask if mask is None or flat else mask.reshape(-1, *grid[:2])
