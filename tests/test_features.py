@@ -255,7 +255,8 @@ def test_op_meta_rejects_features():
          r"bias_weight needs a square grid \(H == W"),
         (lambda: op.axial_attention(sq, *ws, *ws, 4, 1e-5, row_bias=e(1, 4, H, H), row_bias_weight=e(4, D)),
          ValueError, "row_bias and row_bias_weight were both given"),
-        (lambda: op.axial_pass(e(2, H, H, wide), *ws_wide, 4, 0, 1e-5, bias_weight=e(4, wide)), ValueError, r"bias_weight supports up to 32 heads and 1024 channels, got 4 heads and D = 1088"),
+        (lambda: op.axial_pass(e(2, H, H, wide), *ws_wide, 4, 0, 1e-5, bias_weight=e(4, wide)), ValueError,
+         r"bias_weight supports up to 32 heads and 1024 channels, got 4 heads and D = 1088"),
     ]
     for call, exc, msg in cases:
         with pytest.raises(exc, match=msg):
