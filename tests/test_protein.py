@@ -223,6 +223,37 @@ def test_leading_dims_extra_kwargs_and_no_mask():
     assert rel_err(one, msa_row64(mod, m[0], z[0], None)) < 1e-5
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=gpu)])
+def test_empty_inputs_give_empty_updates(device):
+    """An empty batch, MSA or residue axis gives the empty update of the input's shape, as OpenFold's
+    modules do (not an error), gradients included; a patched ESM block runs its original forward."""
+    row = randomise(protein.MSARowAttentionWithPairBias(64, 16, 16, 4), 10).to(device)
+    col = randomise(protein.MSAColumnAttention(64, 16, 4), 11).to(device)
+    start = randomise(protein.TriangleAttentionStartingNode(128, 32, 4), 12).to(device)
+    end = randomise(protein.TriangleAttentionEndingNode(128, 32, 4), 13).to(device)
+    r = lambda *s: torch.randn(*s, device=device)
+    ones = lambda *s: torch.ones(*s, device=device)
+    # (leading dims, N_seq, N_res), each with no elements: no batch, no MSA, no residues
+    for lead, n_seq, n_res in [((0,), 6, 9), ((0, 2), 6, 9), ((2,), 0, 9), ((), 0, 9), ((2,), 6, 0), ((), 6, 0)]:
+        m, mask = r(*lead, n_seq, n_res, 64), ones(*lead, n_seq, n_res)
+        z = r(*lead, n_res, n_res, 16)
+        for out in [row(m, z, mask), row(m, z), col(m, mask)]:
+            assert out.shape == m.shape, (lead, n_seq, n_res)
+            out.sum().backward()  # (an update with no elements still belongs to the graph)
+    for lead, n in [((0,), 9), ((0, 2), 9), ((2,), 0), ((), 0)]:
+        x = r(*lead, n, n, 128)
+        for out in [start(x, ones(*x.shape[:-1])), end(x)]:
+            assert out.shape == x.shape, (lead, n)
+            out.sum().backward()
+    model, alphabet = esm_model(0)
+    block = next(b for b in af.protein.patch_esm(model.to(device)).modules() if type(b).__name__.startswith("Fused"))
+    for shape in [(5, 7, 0, 64), (0, 7, 2, 64)]:  # [rows, columns, batch, D]: no MSA; MSAs of no rows
+        x = torch.randn(shape, device=device)
+        with torch.no_grad():
+            out, _ = block(x)
+        assert out.shape == x.shape
+
+
 def test_projection_weights_follow_every_change():
     """The weights the pass reads (the q/k/v/gate weights views of one shared tensor, all of them
     kept between calls) follow every way a parameter changes: .data writes (which bump no version

@@ -172,10 +172,9 @@ def _pair_bias(x: torch.Tensor, norm: nn.LayerNorm, linear: nn.Linear) -> torch.
     nw, nb, w = norm._parameters["weight"], norm._parameters["bias"], linear._parameters["weight"]
     dt = x.dtype
     if (x.is_cuda and dt in DTYPE_NAMES and nw is not None and nb is not None and nw.dtype == nb.dtype == w.dtype == dt
-            and x.shape[-1] <= PAIR_BIAS_MAX_C and w.shape[0] <= PAIR_BIAS_MAX_HEADS
+            and x.shape[-1] <= PAIR_BIAS_MAX_C and w.shape[0] <= PAIR_BIAS_MAX_HEADS and x.numel() > 0
             and not torch.is_autocast_enabled("cuda") and _kernels_run_on(x.device.index)):
-        op, args = torch.ops.axial_fused.pair_bias.default, (x if x.dim() == 4 else x.reshape(-1, *x.shape[-3:]), nw,
-                                                             nb, w, norm.eps)
+        op, args = torch.ops.axial_fused.pair_bias.default, (x if x.dim() == 4 else _flat(x, 3), nw, nb, w, norm.eps)
         grad = torch.is_grad_enabled() and any(t.requires_grad for t in args[:4])
         out = op(*args) if grad else call_checked(op, *args)
         return out if x.dim() == 4 else out.reshape(*x.shape[:-3], *out.shape[-3:])
@@ -203,26 +202,36 @@ def _torch_pass(x, norm: nn.LayerNorm, mha: Attention, axis: str, mask, bias) ->
     return out.transpose(1, 2) if axis == "col" else out
 
 
+def _flat(t: torch.Tensor, keep: int) -> torch.Tensor:
+    """t with its leading dimensions (all but the last `keep`) as one, counted (not -1, which an
+    empty t leaves undetermined)."""
+    return t.reshape(math.prod(t.shape[:-keep]), *t.shape[-keep:])
+
+
 def _update(x: torch.Tensor, norm: nn.LayerNorm, mha: Attention, axis: str, mask, bias,
             tri: nn.Linear | None = None) -> torch.Tensor:
     """One pass's update over x [*, H, W, C] (mask [*, H, W], bias [*, heads, L, L] or None), fused
     where it can be. tri: the triangle bias's projection (H == W), applied to the pass's own
     LayerNorm output (PassWeights.bias_weight): query i, key j of the pass get tri(LN(its token
-    (i, j))), x[i, j] in the row pass and x[j, i] in the column pass."""
+    (i, j))), x[i, j] in the row pass and x[j, i] in the column pass. An empty x (no sequences or
+    no residues) gets its empty update from PyTorch's ops, as OpenFold's modules give it."""
     lead, grid = x.shape[:-3], x.shape[-3:]
     heads = mha.no_heads
     fused = mha.c_hidden * heads == grid[-1]
-    if tri is not None and not (fused and heads <= PAIR_BIAS_MAX_HEADS and grid[-1] <= PAIR_BIAS_MAX_C):
+    empty = x.numel() == 0
+    if tri is not None and (empty or not (fused and heads <= PAIR_BIAS_MAX_HEADS and grid[-1] <= PAIR_BIAS_MAX_C)):
         t = _pair_bias(x, norm, tri)  # [*, heads, I, J]: t[h, i, j] from x[i, j] (past bias_weight's limits)
         bias = t if axis == "row" else t.transpose(-1, -2)
         tri = None
     flat = x.dim() == 4  # (reshapes are views, yet a few µs of an eager call's host time)
-    x4 = x if flat else x.reshape(-1, *grid)
-    m4 = mask if mask is None or flat else mask.reshape(-1, *grid[:2])
-    b4 = bias if bias is None or flat else bias.reshape(-1, *bias.shape[-3:])
+    x4 = x if flat else _flat(x, 3)
+    m4 = mask if mask is None or flat else _flat(mask, 2)
+    b4 = bias if bias is None or flat else _flat(bias, 3)
     if b4 is not None and b4.dtype not in (torch.float32, x.dtype):  # (the kernels take these two)
         b4 = b4.to(x.dtype)
-    if not fused:
+    if empty:
+        out = _torch_pass(x4, norm, mha, axis, m4, b4)
+    elif not fused:
         _warn_once(f"c_hidden * no_heads = {mha.c_hidden} * {heads} differs from the channels "
                    f"({grid[-1]}); the fused kernels need them equal")
         out = _torch_pass(x4, norm, mha, axis, m4, b4)
@@ -355,7 +364,8 @@ def _fused_column_block(base: type) -> type:
     class FusedColumnBlock(base):
         def forward(self, x, self_attn_mask=None, self_attn_padding_mask=None):
             attn = self.layer
-            if self_attn_mask is not None or (self.training and (self.dropout_module.p > 0 or attn.dropout > 0)):
+            if (self_attn_mask is not None or x.numel() == 0
+                    or (self.training and (self.dropout_module.p > 0 or attn.dropout > 0))):
                 return super().forward(x, self_attn_mask=self_attn_mask, self_attn_padding_mask=self_attn_padding_mask)
             # ESM's layout is [rows R, columns C, batch, D]; as [batch, R, C, D] (a view) the column
             # attention is the column pass: the sequences are the columns, the tokens the rows.
@@ -378,7 +388,7 @@ def patch_esm(model: nn.Module) -> nn.Module:
     inside its ``NormalizedResidualBlock``) as fused column passes reading the model's own weights,
     in place; the tied row attention stays as it is. Returns the model. The patched blocks do not
     compute attention weights (``need_head_weights`` / ``return_contacts`` need the unpatched model);
-    in training with dropout, or given an attention mask, a block runs its original forward."""
+    in training with dropout, given an attention mask or an empty MSA, a block runs its original forward."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"patch_esm expects an nn.Module (a fair-esm MSATransformer), got {type(model).__name__}")
     try:
