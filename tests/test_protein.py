@@ -254,6 +254,20 @@ def test_empty_inputs_give_empty_updates(device):
         assert out.shape == x.shape
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=gpu)])
+def test_integer_masks_as_openfold_takes_them(device):
+    """OpenFold's modules take a 0/1 mask of any real dtype (inf * (mask - 1)): int32 and int64 masks
+    give the float mask's result, bool and uint8 too."""
+    for name, mod, inputs, _ in cases("cpu"):
+        mod = mod.to(device)
+        *data, mask = [t.to(device) for t in inputs]
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", af.FusedFallbackWarning)
+            want = mod(*data, mask)
+            for dt in (torch.int32, torch.int64, torch.bool, torch.uint8):
+                assert torch.equal(mod(*data, mask.to(dt)), want), (name, dt)
+
+
 def test_projection_weights_follow_every_change():
     """The weights the pass reads (the q/k/v/gate weights views of one shared tensor, all of them
     kept between calls) follow every way a parameter changes: .data writes (which bump no version

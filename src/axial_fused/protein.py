@@ -142,14 +142,19 @@ def _check_input(name: str, t, last: int, what: str) -> None:
         raise ValueError(f"{name} has shape {tuple(t.shape)}, expected {what} with the last dimension {last}")
 
 
-def _check_mask(mask, x: torch.Tensor, what: str) -> None:
+def _check_mask(mask, x: torch.Tensor, what: str):
+    """The mask as the pass takes it: OpenFold's modules take a 0/1 mask of any real dtype, the
+    kernels bool, uint8 or floating ones, so other integer masks become `mask != 0`."""
     if mask is None:
-        return
+        return None
     if not isinstance(mask, torch.Tensor):
         raise TypeError(f"mask must be a torch.Tensor {what} or None, got {type(mask).__name__}")
     if tuple(mask.shape) != tuple(x.shape[:-1]):
         raise ValueError(f"mask has shape {tuple(mask.shape)}, expected {what} = {tuple(x.shape[:-1])} "
                          f"(the input's shape without its channels)")
+    if not (mask.is_floating_point() or mask.is_complex() or mask.dtype in (torch.bool, torch.uint8)):
+        return mask != 0
+    return mask
 
 
 _kernels_run_on_cache: dict[int, bool] = {}
@@ -265,7 +270,7 @@ class MSAAttention(nn.Module):
                 _checkpoint_chunks=None) -> torch.Tensor:
         # (chunking, the kernel choices and in-place flags are OpenFold's; the fused pass needs none)
         _check_input("m", m, self.c_in, "[*, N_seq, N_res, c_m]")
-        _check_mask(mask, m, "[*, N_seq, N_res]")
+        mask = _check_mask(mask, m, "[*, N_seq, N_res]")
         bias = None
         if self.pair_bias and z is not None:
             _check_input("z", z, self.c_z, "[*, N_res, N_res, c_z]")
@@ -297,7 +302,7 @@ class MSAColumnAttention(nn.Module):
     def forward(self, m: torch.Tensor, mask: torch.Tensor | None = None, chunk_size=None,
                 use_deepspeed_evo_attention=False, use_lma=False, use_flash=False) -> torch.Tensor:
         _check_input("m", m, self.c_m, "[*, N_seq, N_res, c_m]")
-        _check_mask(mask, m, "[*, N_seq, N_res]")
+        mask = _check_mask(mask, m, "[*, N_seq, N_res]")
         return _update(m, self._msa_att.layer_norm_m, self._msa_att.mha, "col", mask, None)
 
 
@@ -318,7 +323,7 @@ class TriangleAttention(nn.Module):
                 use_memory_efficient_kernel=False, use_deepspeed_evo_attention=False, use_lma=False,
                 inplace_safe=False) -> torch.Tensor:
         _check_input("x", x, self.c_in, "[*, I, J, c_in]")
-        _check_mask(mask, x, "[*, I, J]")
+        mask = _check_mask(mask, x, "[*, I, J]")
         if x.shape[-3] != x.shape[-2]:
             raise ValueError(f"x has shape {tuple(x.shape)}: the triangle bias needs a square pair "
                              f"representation [*, N_res, N_res, c_in]")
