@@ -16,7 +16,7 @@ what=${1:-all}; shift || true
 export PYTHONUNBUFFERED=1 MAX_JOBS=${MAX_JOBS:-16} AXIAL_FUSED_ARCHS=${AXIAL_FUSED_ARCHS:-90a}
 export CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")}
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
-# The protein tests' and benchmark's packages (fair-esm, cuEquivariance), when carried (scripts/unpack_deps.sh).
+# The protein tests' and benchmark's packages (fair-esm, Boltz, cuEquivariance), when carried (scripts/unpack_deps.sh).
 deps=$(bash scripts/unpack_deps.sh)
 [[ -n $deps ]] && export PYTHONPATH=$PYTHONPATH:$deps && echo "deps: unpacked into $deps"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$OUT/gpu.txt"

@@ -66,7 +66,7 @@ fresh_venv() {  # fresh_venv DIR WHEEL: a new venv seeing the system torch, the 
   { "$PY" -m pip --python "$1/bin/python" install -q --no-deps --no-index "$2" \
     || "$PY" -m pip install -q --no-deps --no-index --target "$(purelib "$1/bin/python")" "$2"; } \
     >> "$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 1; }
-  [[ -n $DEPS ]] && echo "$DEPS" > "$(purelib "$1/bin/python")/protein_deps.pth"  # fair-esm, cuEquivariance
+  [[ -n $DEPS ]] && echo "$DEPS" > "$(purelib "$1/bin/python")/protein_deps.pth"  # fair-esm, Boltz, cuEquivariance
   (cd "$WORK/run" && "$1/bin/python" -c "import axial_fused as af; assert af.__file__.startswith('$1/'), af.__file__")
   [[ $? == 0 ]] || { summary "the fresh venv $1 does not import the installed wheel"; exit 1; }
 }

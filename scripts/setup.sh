@@ -8,7 +8,10 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 [[ -x .venv/bin/python ]] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-.venv/bin/python -m pip install -q "${TORCH_SPEC:-torch==2.14.1}" numpy pytest fair-esm ninja setuptools wheel
+.venv/bin/python -m pip install -q "${TORCH_SPEC:-torch==2.14.1}" numpy pytest fair-esm einops scipy ninja setuptools wheel
+# Boltz (a test client, like fair-esm): its triangle attention needs einops and scipy, not the rest
+# of its requirements (Lightning, RDKit, ...).
+.venv/bin/python -m pip install -q --no-deps boltz==2.2.1
 if [[ -z "${CUDA_HOME:-}" ]] && command -v nvcc >/dev/null; then
   # nvcc may be a wrapper script: ask nvcc itself where its toolkit is.
   top=$(nvcc --dryrun -c -x cu /dev/null 2>&1 | sed -n 's/^#\$ TOP=//p' | head -1)

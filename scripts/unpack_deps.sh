@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On the GPU machine: the protein tests' and benchmark's packages (fair-esm, cuEquivariance), packed by
+# On the GPU machine: the protein tests' and benchmark's packages (fair-esm, Boltz, cuEquivariance), packed by
 # scripts/pack_deps.sh and carried as .whl/deps.tar.zst with .whl/zstandard.whl, unpacked into
 # /tmp/deps (with the zstandard module, as the machine has no zstd command); and any pure-Python wheel
 # carried as it is in .whl/extra/ (e.g. fair-esm alone, where a large wheel leaves no room for the

@@ -1,4 +1,4 @@
-"""axial_fused.protein: the OpenFold-compatible modules and patch_esm.
+"""axial_fused.protein: the OpenFold-compatible modules, patch_esm and patch_boltz.
 
 References: float64 implementations written here from AF2's supplementary Algorithms 7 (MSA row
 attention with pair bias), 8 (MSA column attention), 13 and 14 (triangle attention around the
@@ -8,8 +8,9 @@ logit replaced, a query with no key present attending uniformly; with OpenFold's
 agree wherever a query has a key present (test_openfold_mask_semantics_agree_where_a_key_is_present).
 
 CPU (in CI): the modules through the PyTorch fallback; the state_dict key sets; fair-esm's
-MSATransformer patched against unpatched. GPU: the fused kernels for every compiled dtype, judged
-as the other kernel tests: error(fused vs fp64) <= 2 * error(PyTorch at that dtype vs fp64) + floor.
+MSATransformer and a Boltz Pairformer layer patched against unpatched. GPU: the fused kernels for
+every compiled dtype, judged as the other kernel tests: error(fused vs fp64) <= 2 * error(PyTorch at
+that dtype vs fp64) + floor.
 """
 from __future__ import annotations
 
@@ -433,12 +434,64 @@ def test_patch_esm_matches_unpatched_cpu():
             model(tokens, return_contacts=True)
 
 
-def test_patch_esm_rejects_other_models():
+@pytest.mark.parametrize("patch, client, what", [("patch_esm", "esm", "no ColumnSelfAttention"),
+                                                  ("patch_boltz", "boltz", "no Boltz TriangleAttention")])
+def test_patch_rejects_other_models(patch, client, what):
     with pytest.raises(TypeError, match="nn.Module"):
-        af.protein.patch_esm("model")
-    pytest.importorskip("esm")
-    with pytest.raises(ValueError, match="no ColumnSelfAttention"):
-        af.protein.patch_esm(torch.nn.Linear(2, 2))
+        getattr(af.protein, patch)("model")
+    pytest.importorskip(client)
+    with pytest.raises(ValueError, match=what):
+        getattr(af.protein, patch)(torch.nn.Linear(2, 2))
+
+
+# ---- Boltz --------------------------------------------------------------------------------------------
+
+def boltz_layer(seed, token_z=128, head_width=32, heads=4):
+    """A Boltz-2 PairformerLayer (its triangle attention: boltz.model.layers.triangular_attention, no
+    gate or output bias) with random weights, LayerNorm affine off its defaults."""
+    pytest.importorskip("boltz", reason="boltz is a test dependency (pip install --no-deps boltz; einops, scipy)")
+    from boltz.model.layers.pairformer import PairformerLayer
+    torch.manual_seed(seed)
+    layer = PairformerLayer(64, token_z, num_heads=4, dropout=0.0, pairwise_head_width=head_width,
+                            pairwise_num_heads=heads, v2=True)
+    with torch.no_grad():
+        for name, p in layer.named_parameters():
+            p.copy_(torch.randn_like(p) / math.sqrt(p.shape[-1]) if p.dim() == 2 else
+                    (name.endswith("weight")) + 0.3 * torch.randn_like(p))
+    return layer.eval()
+
+
+def boltz_inputs(B, N, token_z, seed):
+    """s, z, the token mask (the second complex padded) and Boltz's pair mask, their outer product."""
+    g = torch.Generator().manual_seed(seed)
+    s, z = torch.randn(B, N, 64, generator=g), torch.randn(B, N, N, token_z, generator=g)
+    mask = torch.ones(B, N)
+    mask[1:, N - 3:] = 0
+    return s, z, mask, mask[:, :, None] * mask[:, None, :]
+
+
+def test_patch_boltz_matches_unpatched_cpu():
+    """Boltz as the client: a Pairformer layer patched (its two triangle attention modules) against
+    the unpatched layer, called as Boltz calls it (pair mask, chunk_size, use_kernels); the state_dict
+    keys unchanged. Compared where the pair mask is present: a padded token's row has no key present,
+    which the modules attend to uniformly and Boltz by its logits (docs/usage.md)."""
+    layer = boltz_layer(0)
+    s, z, mask, pair = boltz_inputs(2, 11, 128, 1)
+    keys = set(layer.state_dict())
+    with torch.no_grad():
+        want_s, want_z = layer(s, z, mask, pair, chunk_size_tri_attn=4)
+        assert af.protein.patch_boltz(layer) is layer
+        af.protein.patch_boltz(layer)  # twice: no change
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", af.FusedFallbackWarning)
+            got_s, got_z = layer(s, z, mask, pair, chunk_size_tri_attn=4, use_kernels=False)
+    assert set(layer.state_dict()) == keys
+    assert [type(m).__name__ for m in layer.modules() if type(m).__name__.startswith("Fused")] == [
+        "FusedTriangleAttention", "FusedTriangleAttentionEndingNode"]
+    present = pair.bool()
+    assert torch.isfinite(got_z).all()
+    assert rel_err(got_z[present], want_z[present]) < 1e-5, rel_err(got_z[present], want_z[present])
+    assert rel_err(got_s[mask.bool()], want_s[mask.bool()]) < 1e-5
 
 
 # ---- GPU --------------------------------------------------------------------------------------------
@@ -511,6 +564,37 @@ def test_patch_esm_fused_matches_unpatched(dt):
             got = model(tokens)["logits"]
     err, torch_err = rel_err(got.cpu(), want), rel_err(plain.cpu(), want)
     assert err <= 2 * torch_err + FLOOR[DTYPES[dt]], (err, torch_err)
+
+
+@gpu
+@pytest.mark.parametrize("dt", list(DTYPES))
+def test_patch_boltz_fused_matches_float64(dt):
+    """Boltz's triangle attention (both nodes, 128x4) patched, on the fused kernels, against the
+    unpatched modules in float64, judged by the unpatched modules' own error at the dtype; a mask with
+    holes and a padded tail, every query with a key present (where Boltz's mask and ours agree)."""
+    if not _compiled(dt, 128, 4):
+        pytest.skip(f"128x4 {dt} not compiled")
+    dtype = DTYPES[dt]
+    layer = boltz_layer(2)
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 40, 40, 128, generator=g)
+    mask = (torch.rand(2, 40, 40, generator=g) > 0.2).float()
+    mask[:, :, -3:] = 0
+    mask[:, torch.arange(40), torch.arange(40)] = 1  # (every query's own key present, in both nodes)
+    for node in (layer.tri_att_start, layer.tri_att_end):
+        with torch.inference_mode():
+            want = node.double()(x.double(), mask=mask.double())
+            node = node.to("cuda", dtype)
+            xs, ms = x.to("cuda", dtype), mask.cuda()
+            plain = node(xs, mask=ms)
+            af.protein.patch_boltz(node)
+            torch.full((1 << 24,), float("nan"), device="cuda")  # poison the allocator's free blocks
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", af.FusedFallbackWarning)  # the fused path, or fail
+                got = node(xs, mask=ms, chunk_size=8, use_kernels=False)
+        err, torch_err = rel_err(got.cpu(), want), rel_err(plain.cpu(), want)
+        tol = 1e-5 if dtype == torch.float32 and not torch.backends.cuda.matmul.allow_tf32 else 2 * torch_err + FLOOR[dtype]
+        assert err <= tol, (type(node).__name__, err, torch_err)
 
 
 # ---- the pair-bias kernel ---------------------------------------------------------------------------

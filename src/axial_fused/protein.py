@@ -4,7 +4,8 @@
 ``TriangleAttentionStartingNode`` / ``TriangleAttentionEndingNode``) take OpenFold's constructor
 arguments, parameter names (an OpenFold state_dict loads strictly), forward signatures and return
 values (the update, which the model adds itself); ``patch_esm(model)`` runs the column attention of a
-fair-esm ``MSATransformer`` on the fused kernels with the model's own weights.
+fair-esm ``MSATransformer`` on the fused kernels with the model's own weights, ``patch_boltz(model)``
+the triangle attention of a Boltz model (AF3's form: no gate or output bias) likewise.
 
 Each forward is one fused pass (``axial_pass`` with ``residual=False``): LayerNorm, the q/k/v and gate
 projections, attention with the key mask and the pass's bias, the gate and the output projection.
@@ -35,7 +36,7 @@ from .functional import PassWeights, _arch_reason, _check_heads, _check_pass, _r
 from .reference import replace_absent
 
 __all__ = ["MSAAttention", "MSARowAttentionWithPairBias", "MSAColumnAttention", "TriangleAttention",
-           "TriangleAttentionStartingNode", "TriangleAttentionEndingNode", "patch_esm"]
+           "TriangleAttentionStartingNode", "TriangleAttentionEndingNode", "patch_esm", "patch_boltz"]
 
 _EPS = 1e-5  # OpenFold's LayerNorm
 
@@ -129,6 +130,20 @@ class Attention(nn.Module):
         return pw, dim
 
 
+def _pass_weights(mha: nn.Module, norm: nn.Module, tri: nn.Linear | None) -> tuple[PassWeights, int | None]:
+    """The fused pass's weights of a gated attention module with OpenFold's parameter names (this
+    module's Attention, or another library's, such as Boltz's whose gate and output projection have
+    no bias: b_g None, b_o zero), its LayerNorm `norm` and the triangle bias's projection `tri`."""
+    if isinstance(mha, Attention):
+        return mha.pass_weights(norm, tri)
+    q, k, v, g, o = (mha._modules[n] for n in ("linear_q", "linear_k", "linear_v", "linear_g", "linear_o"))
+    W = torch.cat((q.weight, k.weight, v.weight, g.weight))
+    bo = o.bias if o.bias is not None else o.weight.new_zeros(o.weight.shape[0])
+    rows = 3 * g.weight.shape[0]
+    return PassWeights(norm.weight, norm.bias, W[:rows], o.weight, bo, gate_weight=W[rows:], gate_bias=g.bias,
+                       bias_weight=None if tri is None else tri.weight), None
+
+
 def _reshare(module: Attention, incompatible_keys) -> None:
     """load_state_dict's post hook: with assign=True the parameters are new tensors; share them again."""
     if not module._shared():
@@ -213,13 +228,14 @@ def _flat(t: torch.Tensor, keep: int) -> torch.Tensor:
     return t.reshape(math.prod(t.shape[:-keep]), *t.shape[-keep:])
 
 
-def _update(x: torch.Tensor, norm: nn.LayerNorm, mha: Attention, axis: str, mask, bias,
+def _update(x: torch.Tensor, norm: nn.Module, mha: nn.Module, axis: str, mask, bias,
             tri: nn.Linear | None = None) -> torch.Tensor:
     """One pass's update over x [*, H, W, C] (mask [*, H, W], bias [*, heads, L, L] or None), fused
-    where it can be. tri: the triangle bias's projection (H == W), applied to the pass's own
-    LayerNorm output (PassWeights.bias_weight): query i, key j of the pass get tri(LN(its token
-    (i, j))), x[i, j] in the row pass and x[j, i] in the column pass. An empty x (no sequences or
-    no residues) gets its empty update from PyTorch's ops, as OpenFold's modules give it."""
+    where it can be; norm a LayerNorm (weight, bias, eps), mha a gated attention (_pass_weights).
+    tri: the triangle bias's projection (H == W), applied to the pass's own LayerNorm output
+    (PassWeights.bias_weight): query i, key j of the pass get tri(LN(its token (i, j))), x[i, j] in
+    the row pass and x[j, i] in the column pass. An empty x (no sequences or no residues) gets its
+    empty update from PyTorch's ops, as OpenFold's modules give it."""
     lead, grid = x.shape[:-3], x.shape[-3:]
     heads = mha.no_heads
     fused = mha.c_hidden * heads == grid[-1]
@@ -241,7 +257,7 @@ def _update(x: torch.Tensor, norm: nn.LayerNorm, mha: Attention, axis: str, mask
                    f"({grid[-1]}); the fused kernels need them equal")
         out = _torch_pass(x4, norm, mha, axis, m4, b4)
     else:
-        pw, dim = mha.pass_weights(norm, tri)
+        pw, dim = _pass_weights(mha, norm, tri)
         if dim is not None:
             out = _run_pass(x4, pw, dim, heads, axis, norm.eps, m4, b4, False, False)
         else:
@@ -359,6 +375,18 @@ _NO_HEAD_WEIGHTS = _NoHeadWeights()
 _FUSED_BLOCKS: dict[type, type] = {}
 
 
+def _swap_classes(model: nn.Module, wants, fused_class, fused: dict[type, type]) -> int:
+    """Give each module of `model` that `wants` the class fused_class(its class) (the subclasses kept
+    in `fused`: patching twice changes nothing); returns how many there are."""
+    n = 0
+    for module in model.modules():
+        if wants(module):
+            if type(module) not in fused.values():
+                module.__class__ = fused_class(type(module))
+            n += 1
+    return n
+
+
 def _fused_column_block(base: type) -> type:
     """A subclass of fair-esm's NormalizedResidualBlock whose forward is one fused column pass (the
     block's LayerNorm, its ColumnSelfAttention's q/k/v/out projections with their biases, the
@@ -401,13 +429,58 @@ def patch_esm(model: nn.Module) -> nn.Module:
         from esm.modules import NormalizedResidualBlock
     except ImportError as e:
         raise ImportError(f"patch_esm needs fair-esm (pip install fair-esm; the import name is esm): {e}") from None
-    patched = 0
-    for block in model.modules():
-        if isinstance(block, NormalizedResidualBlock) and isinstance(block.layer, ColumnSelfAttention):
-            if type(block) not in _FUSED_BLOCKS.values():  # (patching twice changes nothing)
-                block.__class__ = _fused_column_block(type(block))
-            patched += 1
-    if patched == 0:
+    wants = lambda m: isinstance(m, NormalizedResidualBlock) and isinstance(m.layer, ColumnSelfAttention)
+    if _swap_classes(model, wants, _fused_column_block, _FUSED_BLOCKS) == 0:
         raise ValueError(f"patch_esm: {type(model).__name__} has no ColumnSelfAttention inside a "
                          f"NormalizedResidualBlock (is it a fair-esm MSATransformer?)")
+    return model
+
+
+_BOLTZ_BLOCKS: dict[type, type] = {}
+
+
+def _fused_boltz_triangle(base: type) -> type:
+    """A subclass of Boltz's TriangleAttention whose forward is one fused pass (the starting node a row
+    pass, the ending node a column pass through strides), with the module's own parameters."""
+    if base in _BOLTZ_BLOCKS:
+        return _BOLTZ_BLOCKS[base]
+
+    class FusedTriangleAttention(base):
+        def forward(self, x, mask=None, chunk_size=None, **kwargs):
+            # (chunk_size, use_kernels, use_flash_attn: Boltz's choices of kernel, which the fused pass needs none of)
+            mha = self.mha
+            if mha.linear_g is None or mha.c_hidden * mha.no_heads != self.c_in:
+                return super().forward(x, mask=mask, chunk_size=chunk_size, **kwargs)
+            _check_input("x", x, self.c_in, "[*, I, J, c_in]")
+            mask = _check_mask(mask, x, "[*, I, J]")
+            if x.shape[-3] != x.shape[-2]:
+                raise ValueError(f"x has shape {tuple(x.shape)}: the triangle bias needs a square pair "
+                                 f"representation [*, N_res, N_res, c_in]")
+            return _update(x, self.layer_norm, mha, "row" if self.starting else "col", mask, None, tri=self.linear)
+
+    FusedTriangleAttention.__name__ = f"Fused{base.__name__}"
+    _BOLTZ_BLOCKS[base] = FusedTriangleAttention
+    return FusedTriangleAttention
+
+
+def patch_boltz(model: nn.Module) -> nn.Module:
+    """Run the triangle attention of a Boltz model (``TriangleAttentionStartingNode`` /
+    ``TriangleAttentionEndingNode`` of ``boltz.model.layers.triangular_attention``, in Boltz-1's and
+    Boltz-2's pairformer and trunk) as fused passes reading the modules' own weights, in place
+    (their gate and output projections have no bias, AF3's form); returns the model. The state_dict
+    keys stay as they are; the forward takes Boltz's arguments (``chunk_size``, ``use_kernels``, ...:
+    ignored). The key mask is replaced as in this module's TriangleAttention (a query with no key
+    present attends uniformly; Boltz adds ``inf * (mask - 1)``). A module without the gate or whose
+    ``c_hidden * no_heads`` differs from its channels runs its original forward."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"patch_boltz expects an nn.Module (a Boltz model or one of its layers), "
+                        f"got {type(model).__name__}")
+    try:
+        from boltz.model.layers.triangular_attention.attention import TriangleAttention as BoltzTriangleAttention
+    except ImportError as e:
+        raise ImportError(f"patch_boltz needs boltz (pip install boltz): {e}") from None
+    wants = lambda m: isinstance(m, BoltzTriangleAttention)
+    if _swap_classes(model, wants, _fused_boltz_triangle, _BOLTZ_BLOCKS) == 0:
+        raise ValueError(f"patch_boltz: {type(model).__name__} has no Boltz TriangleAttention "
+                         f"(boltz.model.layers.triangular_attention)")
     return model
