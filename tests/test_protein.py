@@ -485,6 +485,8 @@ def test_patch_boltz_matches_unpatched_cpu():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", af.FusedFallbackWarning)
             got_s, got_z = layer(s, z, mask, pair, chunk_size_tri_attn=4, use_kernels=False)
+    with pytest.raises(TypeError, match="unexpected keyword arguments"):
+        layer.tri_att_start(z, mask=pair, use_kernel=True)
     assert set(layer.state_dict()) == keys
     assert [type(m).__name__ for m in layer.modules() if type(m).__name__.startswith("Fused")] == [
         "FusedTriangleAttention", "FusedTriangleAttentionEndingNode"]

@@ -421,7 +421,8 @@ def patch_esm(model: nn.Module) -> nn.Module:
     inside its ``NormalizedResidualBlock``) as fused column passes reading the model's own weights,
     in place; the tied row attention stays as it is. Returns the model. The patched blocks do not
     compute attention weights (``need_head_weights`` / ``return_contacts`` need the unpatched model);
-    in training with dropout, given an attention mask or an empty MSA, a block runs its original forward."""
+    in training with dropout, given an attention mask or an empty MSA, a block runs its original
+    forward."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"patch_esm expects an nn.Module (a fair-esm MSATransformer), got {type(model).__name__}")
     try:
@@ -447,7 +448,10 @@ def _fused_boltz_triangle(base: type) -> type:
 
     class FusedTriangleAttention(base):
         def forward(self, x, mask=None, chunk_size=None, **kwargs):
-            # (chunk_size, use_kernels, use_flash_attn: Boltz's choices of kernel, which the fused pass needs none of)
+            # (chunk_size and the keywords: Boltz's choices of kernel, which the fused pass needs none of)
+            unknown = set(kwargs) - {"use_kernels", "use_flash_attn"}
+            if unknown:
+                raise TypeError(f"{type(self).__name__}.forward() got unexpected keyword arguments {sorted(unknown)}")
             mha = self.mha
             if mha.linear_g is None or mha.c_hidden * mha.no_heads != self.c_in:
                 return super().forward(x, mask=mask, chunk_size=chunk_size, **kwargs)
