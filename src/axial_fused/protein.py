@@ -322,6 +322,19 @@ class MSAColumnAttention(nn.Module):
         return _update(m, self._msa_att.layer_norm_m, self._msa_att.mha, "col", mask, None)
 
 
+def _triangle_update(mod: nn.Module, x: torch.Tensor, mask) -> torch.Tensor:
+    """A triangle attention module's update (this module's TriangleAttention, or Boltz's patched):
+    its layer_norm, linear (the triangle bias) and mha over x [*, I, J, c_in]. The triangle bias
+    linear(LN(x)) comes from the pass's own LayerNorm output: starting node, bias[h, q, k] from
+    x[q, k]; ending node (the transposed frame), from x[k, q]."""
+    _check_input("x", x, mod.c_in, "[*, I, J, c_in]")
+    mask = _check_mask(mask, x, "[*, I, J]")
+    if x.shape[-3] != x.shape[-2]:
+        raise ValueError(f"x has shape {tuple(x.shape)}: the triangle bias needs a square pair "
+                         f"representation [*, N_res, N_res, c_in]")
+    return _update(x, mod.layer_norm, mod.mha, "row" if mod.starting else "col", mask, None, tri=mod.linear)
+
+
 class TriangleAttention(nn.Module):
     """OpenFold's ``TriangleAttention`` (AF2 supplementary Algorithms 13 and 14): gated self-attention
     around the starting node (along the rows of the pair representation) or the ending node (along
@@ -338,14 +351,7 @@ class TriangleAttention(nn.Module):
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, chunk_size=None,
                 use_memory_efficient_kernel=False, use_deepspeed_evo_attention=False, use_lma=False,
                 inplace_safe=False) -> torch.Tensor:
-        _check_input("x", x, self.c_in, "[*, I, J, c_in]")
-        mask = _check_mask(mask, x, "[*, I, J]")
-        if x.shape[-3] != x.shape[-2]:
-            raise ValueError(f"x has shape {tuple(x.shape)}: the triangle bias needs a square pair "
-                             f"representation [*, N_res, N_res, c_in]")
-        # The triangle bias linear(LN(x)) from the pass's own LayerNorm output: starting node,
-        # bias[h, q, k] from x[q, k]; ending node (the transposed frame), from x[k, q].
-        return _update(x, self.layer_norm, self.mha, "row" if self.starting else "col", mask, None, tri=self.linear)
+        return _triangle_update(self, x, mask)
 
 
 TriangleAttentionStartingNode = TriangleAttention
@@ -452,15 +458,9 @@ def _fused_boltz_triangle(base: type) -> type:
             unknown = set(kwargs) - {"use_kernels", "use_flash_attn"}
             if unknown:
                 raise TypeError(f"{type(self).__name__}.forward() got unexpected keyword arguments {sorted(unknown)}")
-            mha = self.mha
-            if mha.linear_g is None or mha.c_hidden * mha.no_heads != self.c_in:
+            if self.mha.linear_g is None or self.mha.c_hidden * self.mha.no_heads != self.c_in:
                 return super().forward(x, mask=mask, chunk_size=chunk_size, **kwargs)
-            _check_input("x", x, self.c_in, "[*, I, J, c_in]")
-            mask = _check_mask(mask, x, "[*, I, J]")
-            if x.shape[-3] != x.shape[-2]:
-                raise ValueError(f"x has shape {tuple(x.shape)}: the triangle bias needs a square pair "
-                                 f"representation [*, N_res, N_res, c_in]")
-            return _update(x, self.layer_norm, mha, "row" if self.starting else "col", mask, None, tri=self.linear)
+            return _triangle_update(self, x, mask)
 
     FusedTriangleAttention.__name__ = f"Fused{base.__name__}"
     _BOLTZ_BLOCKS[base] = FusedTriangleAttention
