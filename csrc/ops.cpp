@@ -407,11 +407,11 @@ __attribute__((visibility("default"))) void axial_fused_set_path_override(int pa
   axial_fused::g_path_override.store(path);
 }
 
-// The planner's choice for a pass on a described device (no GPU needed): *path, *group.
+// The planner's choice for a pass on a described device (no GPU needed): *path, *group, *k1_per_sm.
 __attribute__((visibility("default"))) int axial_fused_plan(const char* dtype, int dim, int heads, int64_t num_seq,
                                                             int len, int tf32, int arch, int sm90a, int sms,
                                                             int smem_optin, int forced, int gated, int* path,
-                                                            int* group, char* err, int errlen) {
+                                                            int* group, int* k1_per_sm, char* err, int errlen) {
   using namespace axial_fused;
   const int dt = dtype_from_name(dtype);
   const SpecInfo* s = dt < 0 ? nullptr : find_spec(dt, dim, heads);
@@ -430,6 +430,7 @@ __attribute__((visibility("default"))) int axial_fused_plan(const char* dtype, i
     const Plan plan = plan_pass(s, num_seq, len, dt == kFloat32 && tf32 ? kTf32 : kExactFp32, dev, forced, gated != 0);
     *path = plan.path;
     *group = plan.group;
+    *k1_per_sm = plan.k1_per_sm;
   } catch (const std::exception& e) {
     write_text(e.what(), err, errlen);
     return 2;

@@ -113,10 +113,39 @@ int sequences_per_block_waves(int64_t num_seq, int len, int sms) {
   return g;
 }
 
+// K1's blocks an SM in the two-kernel path on sm_90a (16-bit): its three-block form at D <=
+// kQkvThreeMaxDim where that fills its last wave better than two blocks an SM do (the fraction of the
+// waves' block slots that hold blocks of 128 tokens), else two. A K1 block's work does not depend on
+// its neighbours, so a last wave that holds few blocks leaves most SMs waiting on it: a tri_384 node's
+// 1152 blocks take 4.4 waves at two (the last 36% full) and 2.9 at three; tri_256's 512 take 1.9 and
+// 1.3 (docs/performance.md).
+int k1_blocks_per_sm(const SpecInfo* spec, int64_t tokens, const DeviceInfo& dev) {
+  if (!dev.sm90a || spec->dtype == kFloat32 || spec->dim > kQkvThreeMaxDim) return 2;
+  const int64_t blocks = (tokens + 127) / 128;
+  const auto fill = [&](int per_sm) {
+    const int64_t slots = int64_t(per_sm) * std::max(dev.sms, 1), waves = (blocks + slots - 1) / slots;
+    return double(blocks) / double(waves * slots);
+  };
+  return fill(3) > fill(2) ? 3 : 2;
+}
+
+Plan plan_path(const SpecInfo* spec, int64_t num_seq, int len, int math, const DeviceInfo& dev, int forced,
+               bool gated);
+
 }  // namespace
 
-// Which path runs a pass of `num_seq` sequences of `len` tokens on `dev`, and how many sequences a
-// block of a fused path takes. The rule, in order (docs/design.md, "The planner"):
+// Which path runs a pass of `num_seq` sequences of `len` tokens on `dev`, how many sequences a block
+// of a fused path takes, and K1's blocks an SM on the two-kernel path (k1_blocks_per_sm).
+Plan plan_pass(const SpecInfo* spec, int64_t num_seq, int len, int math, const DeviceInfo& dev, int forced,
+               bool gated) {
+  Plan plan = plan_path(spec, num_seq, len, math, dev, forced, gated);
+  if (plan.path == kPathTwoKernel) plan.k1_per_sm = k1_blocks_per_sm(spec, num_seq * len, dev);
+  return plan;
+}
+
+namespace {
+
+// The path and the fused paths' sequences per block. The rule, in order (docs/design.md, "The planner"):
 //   0. `forced` >= 0 (tests and benchmarks, set_path_override): that path, or an error saying why it
 //      cannot run here;
 //   1. the Hopper fused kernel where it serves (sm_90a, 16-bit, head_dim 32, even heads, D <= 256,
@@ -126,7 +155,7 @@ int sequences_per_block_waves(int64_t num_seq, int len, int sms) {
 //   2. the mma.sync fused kernel where its block's sequences fit in shared memory within 128 rows
 //      (with the gate's block when `gated`);
 //   3. the two-kernel path (a sequence's queries spread over several blocks, keys streamed).
-Plan plan_pass(const SpecInfo* spec, int64_t num_seq, int len, int math, const DeviceInfo& dev, int forced,
+Plan plan_path(const SpecInfo* spec, int64_t num_seq, int len, int math, const DeviceInfo& dev, int forced,
                bool gated) {
   const int align = spec->block_rows(math);
   const int group = sequences_per_block(num_seq, len, dev.sms);
@@ -156,6 +185,8 @@ Plan plan_pass(const SpecInfo* spec, int64_t num_seq, int len, int math, const D
   if (fits && rows <= kFusedMaxRows) return {kPathFused, group};
   return {kPathTwoKernel, 1};
 }
+
+}  // namespace
 
 // ---- one pass: its parameters and its launch ------------------------------------------------------
 
@@ -246,6 +277,7 @@ void run_pass(const SpecInfo* spec, const Tensor& in, const Tensor& out, const P
   const Plan plan = plan_pass(spec, p.num_seq, p.len, p.math, dev, g_path_override.load(), p.gated != 0);
   p.path = plan.path;
   p.group = plan.group;
+  p.k1_per_sm = plan.k1_per_sm;
   Tensor scratch;
   if (plan.path == kPathTwoKernel) {
     const size_t need = spec->two_kernel_smem_bytes(p.math);

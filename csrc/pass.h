@@ -43,8 +43,9 @@ const DeviceInfo& device_info(int device);
 bool sm90a_code_loaded();
 
 struct Plan {
-  int path;   // PassPath
-  int group;  // sequences per block (the fused paths)
+  int path;           // PassPath
+  int group;          // sequences per block (the fused paths)
+  int k1_per_sm = 2;  // the two-kernel path's K1 on sm_90a: blocks an SM (PassParams::k1_per_sm)
 };
 // The path override, for tests and benchmarks: -1 automatic, else a PassPath (set_path_override).
 extern std::atomic<int> g_path_override;

@@ -536,6 +536,36 @@ def test_bias_weight_every_path(dt, dim, heads):
             assert rel_err(out, ref) <= 2 * rel_err(torch_out, ref) + FLOOR[dtype]
 
 
+def _k1_three_specs():
+    found = [s for s in specs() if s[0] != "float32" and s[1] <= 128] if torch.cuda.is_available() else []
+    return found or [pytest.param(None, None, None, marks=pytest.mark.skip(reason="no 16-bit D <= 128 spec"))]
+
+
+@gpu
+@pytest.mark.parametrize("dt,dim,heads", _k1_three_specs(), ids=lambda v: str(v))
+def test_k1_three_block_form(dt, dim, heads):
+    """K1's three-block form (the planner's at D <= 128 on sm_90a where its waves fill the SMs better):
+    a grid of 192 x 192 tokens (288 blocks of 128 tokens), both passes, with every feature, and with
+    the triangle bias from the pass's own LayerNorm output, against float64."""
+    props = torch.cuda.get_device_properties(0)
+    if _ext.C.k1_per_sm(dt, dim, heads, 192, 192, 90, True, props.multi_processor_count,
+                        _ext.C.device_smem_optin(0)) != 3 or torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the planner gives this GPU two K1 blocks an SM at 192 x 192")
+    for axis in ("row", "col"):
+        run_case(dt, dim, heads, 1, 192, 192, tuple(FEATURES), axis=axis, seed=dim + heads)
+    dtype = DTYPES[dt]
+    w = make_weights(dim, heads, dtype, "cuda", seed=dim, gate=True, bias_weight=True)
+    x, mask = rand_x((1, 192, 192, dim), dtype, "cuda", 5), make_mask(1, 192, 192, "cuda", 6)
+    for axis, pw, pw64 in (("row", w.row, to64(w).row), ("col", w.col, to64(w).col)):
+        ref = pass64(x, pw64, heads, axis, w.eps, mask, residual=False)
+        torch_err = rel_err(af.reference.reference_pass(x, *pw, num_heads=heads, axis=axis, eps=w.eps, mask=mask,
+                                                        residual=False), ref)
+        torch.full((x.numel() * 8,), float("nan"), device="cuda")  # poison the free blocks
+        with torch.inference_mode():
+            out = af.axial_pass(x, pw, num_heads=heads, axis=axis, eps=w.eps, mask=mask, residual=False, strict=True)
+        assert rel_err(out, ref) <= 2 * torch_err + FLOOR[dtype], axis
+
+
 @gpu
 @pytest.mark.parametrize("features", COMBOS, ids="+".join)
 @pytest.mark.parametrize("path", [FUSED, TWO_KERNEL])

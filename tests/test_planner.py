@@ -152,3 +152,28 @@ def test_rule2_gated_rows_need_room_for_the_gate(spec):
 def test_unknown_specialization_is_a_value_error():
     with pytest.raises(ValueError, match="no compiled specialization"):
         _ext.C.plan("bfloat16", 96, 3, 1, 1, False, 90, True, 132, 232448, -1, False)
+
+
+def k1_per_sm(spec, num_seq, length, device=H200):
+    dt, dim, heads = spec
+    return _ext.C.k1_per_sm(dt, dim, heads, num_seq, length, device["arch"], device["sm90a"], device["sms"],
+                            device["smem_optin"])
+
+
+@pytest.mark.parametrize("spec", compiled(lambda dt, d, h: dt != "float32" and d <= 128), ids=str)
+def test_k1_three_blocks_where_their_waves_fill_better(spec):
+    """K1 (the two-kernel path's first kernel, sm_90a, 16-bit, D <= 128) takes its three-block form
+    where its blocks of 128 tokens fill the waves' slots better than at two blocks an SM."""
+    assert k1_per_sm(spec, 384, 384) == 3    # tri_384's node: 1152 blocks, 4.4 waves at two, 2.9 at three
+    assert k1_per_sm(spec, 192, 192) == 3    # 288 blocks: 1.1 and 0.7
+    assert k1_per_sm(spec, 256, 256) == 2    # tri_256's: 512 blocks, 1.9 and 1.3
+    assert k1_per_sm(spec, 1024, 256) == 2   # extra_msa's: 2048 blocks, 7.8 and 5.2
+    assert k1_per_sm(spec, 8, 100) == 2      # under one wave either way
+    assert k1_per_sm(spec, 384, 384, device=A100) == 2
+    assert k1_per_sm(spec, 384, 384, device=dict(H200, sm90a=False)) == 2
+    assert k1_per_sm(spec, 256, 256, device=dict(H200, sms=180)) == 3  # 512 blocks: 1.4 and 0.9 waves
+
+
+@pytest.mark.parametrize("spec", compiled(lambda dt, d, h: dt == "float32" or d > 128), ids=str)
+def test_k1_two_blocks_elsewhere(spec):
+    assert k1_per_sm(spec, 384, 384) == 2

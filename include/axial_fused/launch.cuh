@@ -200,6 +200,14 @@ struct Spec {
             return launch_with_smem_pdl_if<ln_qkv_sm90_tma_kernel<T, D, EXTRAS>, kQkvCluster>(
                 after_prep, cluster_grid<C::BM>(tokens), C::THREADS, C::SMEM, stream, p, wmap);
         }
+        if constexpr (D <= kQkvThreeMaxDim) {
+          using C3 = QkvSm90<T, D, true>;
+          static_assert(C3::BM == 128, "the planner counts K1's blocks of 128 tokens");
+          if (p.k1_per_sm == 3)
+            return launch_with_smem_pdl_if<ln_qkv_sm90_kernel<T, D, EXTRAS, true>>(
+                after_prep, (tokens + C3::BM - 1) / C3::BM, C3::THREADS, C3::SMEM, stream, p);
+        }
+        static_assert(C::BM == 128 || D > kQkvThreeMaxDim, "the planner counts K1's blocks of 128 tokens");
         return launch_with_smem_pdl_if<ln_qkv_sm90_kernel<T, D, EXTRAS>>(after_prep, (tokens + C::BM - 1) / C::BM,
                                                                          C::THREADS, C::SMEM, stream, p);
       }

@@ -94,6 +94,7 @@ struct PassParams {
   int path;       // PassPath
   int math;       // MathMode (float32 only)
   int group;      // fused path: sequences per block
+  int k1_per_sm;  // two-kernel path, sm_90a, 16-bit, D <= kQkvThreeMaxDim: K1's blocks an SM, 2 or 3 (Plan)
   void* scratch;  // two-kernel path: q/k/v (and the gate), [S * L, nq] elements of the input dtype
 };
 
@@ -109,6 +110,10 @@ constexpr float kMaskedRaw = -0x1p100f;
 // The prepared terms a Hopper attention kernel reads (its TERMS template argument). kTermMaskMma
 // (with kTermMask, bfloat16, L <= kMaskMmaMaxLen): the mask applied by the tensor cores, as one more
 // k-step of each unit's S product (attn_sm90_body), instead of a select per score.
+// K1 on sm_90a takes its three-block form (QkvSm90's THREE) at D up to this, where the planner
+// finds its waves fill the SMs better (PassParams::k1_per_sm).
+constexpr int kQkvThreeMaxDim = 128;
+
 constexpr int kTermBias = 1, kTermMask = 2, kTermMaskMma = 4;
 constexpr int kMaskMmaMaxLen = 2048;
 // Where key l's bit lies in the Hopper attention kernel's key_bits: in each chunk of 64 keys, thread

@@ -128,8 +128,8 @@ class Binary:
         lib.axial_fused_device_kernel_error.argtypes = [c_int, c_buf, c_int]
         lib.axial_fused_set_path_override.argtypes = [c_int]
         lib.axial_fused_plan.argtypes = [c_str, c_int, c_int, ctypes.c_int64, c_int, c_int, c_int, c_int, c_int,
-                                         c_int, c_int, c_int, ctypes.POINTER(c_int), ctypes.POINTER(c_int), c_buf,
-                                         c_int]
+                                         c_int, c_int, c_int, ctypes.POINTER(c_int), ctypes.POINTER(c_int),
+                                         ctypes.POINTER(c_int), c_buf, c_int]
         lib.axial_fused_device_smem_optin.argtypes = [c_int, c_buf, c_int]
         lib.axial_fused_fits_device.argtypes = [c_str, c_int, c_int, c_int, c_buf, c_int]
         self._lib = lib
@@ -168,13 +168,22 @@ class Binary:
         """The planner's (path, sequences per block) for a pass of num_seq sequences of `length` tokens on a
         device described by (arch, sm90a, sms, smem_optin); forced: -1 automatic, else a path, as
         set_path_override; gated: the pass has the sigmoid gate. No GPU needed."""
-        path, group, buf = ctypes.c_int(), ctypes.c_int(), ctypes.create_string_buffer(self._ERR)
+        return self._plan(dtype, dim, heads, num_seq, length, tf32, arch, sm90a, sms, smem_optin, forced, gated)[:2]
+
+    def k1_per_sm(self, dtype: str, dim: int, heads: int, num_seq: int, length: int, arch: int, sm90a: bool,
+                  sms: int, smem_optin: int) -> int:
+        """K1's blocks an SM (2 or 3) that the planner gives a two-kernel pass of num_seq sequences of
+        `length` tokens (16-bit on sm_90a: its three-block form where that fills the waves better)."""
+        return self._plan(dtype, dim, heads, num_seq, length, False, arch, sm90a, sms, smem_optin, 1, False)[2]
+
+    def _plan(self, dtype, dim, heads, num_seq, length, tf32, arch, sm90a, sms, smem_optin, forced, gated):
+        path, group, k1, buf = ctypes.c_int(), ctypes.c_int(), ctypes.c_int(), ctypes.create_string_buffer(self._ERR)
         rc = self._lib.axial_fused_plan(dtype.encode(), dim, heads, num_seq, length, int(tf32), arch, int(sm90a), sms,
-                                        smem_optin, forced, int(gated), ctypes.byref(path), ctypes.byref(group), buf,
-                                        self._ERR)
+                                        smem_optin, forced, int(gated), ctypes.byref(path), ctypes.byref(group),
+                                        ctypes.byref(k1), buf, self._ERR)
         if rc:
             raise (ValueError if rc == 1 else RuntimeError)(buf.value.decode())
-        return path.value, group.value
+        return path.value, group.value, k1.value
 
     def device_smem_optin(self, device: int) -> int:
         """Bytes of shared memory a block may opt in to on GPU `device`."""

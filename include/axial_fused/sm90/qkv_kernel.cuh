@@ -12,8 +12,12 @@
 namespace axial_fused {
 
 // K1's configuration for one (dtype, dim): the choices of the sm_90a LN + QKV kernel, in one place.
-template <class T, int D>
+// THREE (D <= kQkvThreeMaxDim): the form with three blocks an SM, 64-wide chunks (half the accumulator
+// registers) and a ring of up to 8 stages, which the planner takes where its waves fill the SMs
+// better than two blocks' (PassParams::k1_per_sm).
+template <class T, int D, bool THREE = false>
 struct QkvSm90 {
+  static_assert(!THREE || D <= kQkvThreeMaxDim, "the three-block K1 serves D <= kQkvThreeMaxDim");
   static constexpr int N = 3 * D;
   // Weight chunks 32 columns deep (64-byte rows, SW64): half the bytes of a 64-deep stage, so
   // 128-wide chunks fit beside a 128-token A at D = 768, and twice per SM at D = 256.
@@ -40,11 +44,11 @@ struct QkvSm90 {
   static constexpr size_t stage_bytes(int bnw) { return size_t(WGN) * bnw * KW * 2; }
   // 128-wide weight chunks (m64n128: half the barriers and less shared-memory traffic per flop than
   // n64) wherever 3 stages of them fit, else 64-wide ones.
-  static constexpr int BNW = N % (WGN * 128) == 0 && A_BYTES + 3 * stage_bytes(128) <= BUDGET ? 128 : 64;
+  static constexpr int BNW = !THREE && N % (WGN * 128) == 0 && A_BYTES + 3 * stage_bytes(128) <= BUDGET ? 128 : 64;
   static constexpr size_t STAGE = stage_bytes(BNW);
-  // The ring: as many stages as fit, 3 to 4.
+  // The ring: as many stages as fit, 3 to 4 (to 8 in the three-block form).
   static constexpr int S_FIT = int((BUDGET - A_BYTES) / STAGE);
-  static constexpr int S_CAP = 4;
+  static constexpr int S_CAP = THREE ? 8 : 4;
   static constexpr int S = S_FIT < 3 ? 3 : S_FIT < S_CAP ? S_FIT : S_CAP;
   static constexpr size_t SMEM = SLACK + A_BYTES + S * STAGE;
   // RS: with a 4-stage ring beside 192 KB of A (D = 768) K1 waits on its weight stream's latency.
@@ -61,7 +65,8 @@ struct QkvSm90 {
   static constexpr int KR = RS ? 4 * RS_PANELS : 0;
   static constexpr int SB = RS ? S + int(RS_BYTES / STAGE) : S;
   // Blocks per SM the register budget is set for (228 KB of shared memory, 1 KB reserved per block).
-  static constexpr int MINB = 2 * (SMEM + 1024) <= 228 * 1024 ? 2 : 1;
+  static constexpr int MINB = THREE ? 3 : 2 * (SMEM + 1024) <= 228 * 1024 ? 2 : 1;
+  static_assert(!THREE || 3 * (SMEM + 1024) <= 228 * 1024, "three blocks an SM");
   static_assert(S <= 8 && (BNW == 64 || BNW == 128), "the warp-specialized product's limits");
   static_assert(A_BYTES + S * STAGE <= BUDGET && N % (WGN * BNW) == 0 && 4 * D % (WGN * BNW) == 0,
                 "no Hopper QKV configuration fits");  // (4D: with the gate's block)
@@ -119,9 +124,9 @@ __device__ __forceinline__ void self_bias_to_frag(const PassParams& p, const T* 
 // The body of K1 (ln_qkv_sm90_kernel); TMA: the cluster form (ln_qkv_sm90_tma_kernel),
 // `wmap` the QKV weight's tensor map. EXTRAS (has_extras): the q/k/v bias, and nq = 4D columns with
 // the gate; the plain variant's product has 3D columns, compile-time.
-template <class T, int D, bool TMA, bool EXTRAS>
+template <class T, int D, bool TMA, bool EXTRAS, bool THREE = false>
 __device__ __forceinline__ void ln_qkv_sm90_body(const PassParams& p, const void* wmap) {
-  using C = QkvSm90<T, D>;
+  using C = QkvSm90<T, D, THREE>;
   constexpr int BM = C::BM;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   int64_t* xo = reinterpret_cast<int64_t*>(smem_raw);  // BM row offsets into x
@@ -219,12 +224,12 @@ __device__ __forceinline__ void ln_qkv_sm90_body(const PassParams& p, const void
 // its outputs (the key bits, the prepared bias) nor write what it reads, and each thread waits for
 // it only at its end, so that the attention kernel, which waits for K1, finds the prepared terms
 // too. Otherwise they are launched plainly and the wait returns at once.
-template <class T, int D, bool EXTRAS = false>
-__global__ void __launch_bounds__(QkvSm90<T, D>::THREADS, QkvSm90<T, D>::MINB)
+template <class T, int D, bool EXTRAS = false, bool THREE = false>
+__global__ void __launch_bounds__(QkvSm90<T, D, THREE>::THREADS, QkvSm90<T, D, THREE>::MINB)
     ln_qkv_sm90_kernel(const __grid_constant__ PassParams p) {
 #if AXIAL_FUSED_SM90
   pdl_launch_dependents();
-  ln_qkv_sm90_body<T, D, false, EXTRAS>(p, nullptr);
+  ln_qkv_sm90_body<T, D, false, EXTRAS, THREE>(p, nullptr);
   pdl_wait();
 #else
   __trap();
