@@ -107,13 +107,13 @@ constexpr float kMaskedLogit = -1e30f;
 // that are exactly equal (the softmax's fma(s, scale, -max) is then exactly 0, not a rounding residue).
 constexpr float kMaskedRaw = -0x1p100f;
 
-// The prepared terms a Hopper attention kernel reads (its TERMS template argument). kTermMaskMma
-// (with kTermMask, bfloat16, L <= kMaskMmaMaxLen): the mask applied by the tensor cores, as one more
-// k-step of each unit's S product (attn_sm90_body), instead of a select per score.
 // K1 on sm_90a takes its three-block form (QkvSm90's THREE) at D up to this, where the planner
 // finds its waves fill the SMs better (PassParams::k1_per_sm).
 constexpr int kQkvThreeMaxDim = 128;
 
+// The prepared terms a Hopper attention kernel reads (its TERMS template argument). kTermMaskMma
+// (with kTermMask, bfloat16, L <= kMaskMmaMaxLen): the mask applied by the tensor cores, as one more
+// k-step of each unit's S product (attn_sm90_body), instead of a select per score.
 constexpr int kTermBias = 1, kTermMask = 2, kTermMaskMma = 4;
 constexpr int kMaskMmaMaxLen = 2048;
 // Where key l's bit lies in the Hopper attention kernel's key_bits: in each chunk of 64 keys, thread
