@@ -1,6 +1,7 @@
-"""The planner (csrc/pass.cpp, plan_pass): which path runs a pass, and how many sequences a block packs,
-one test per rule of docs/design.md's "The planner". No GPU needed: _C.plan takes the device as
-numbers (the H200's: 132 SMs, 227 KB of shared memory a block, compute capability 9.0).
+"""The planner (csrc/pass.cpp, plan_pass): which path runs a pass, how many sequences a block packs, and
+K1's blocks an SM on the two-kernel path, one test per rule of docs/design.md's "The planner". No GPU
+needed: _C.plan and _C.k1_per_sm take the device as numbers (the H200's: 132 SMs, 227 KB of shared
+memory a block, compute capability 9.0).
 """
 from __future__ import annotations
 
