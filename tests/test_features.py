@@ -8,8 +8,9 @@ uniform attention of a query with no key present, and the bad-input errors of do
 31-40. GPU: every kernel path forced in turn (the fused, two-kernel and Hopper fused paths) and the
 automatic choice, every compiled dtype, the features alone and together, random masks with padded
 tails, fully masked sequences and batch elements, large biases, broadcast and strided bias and mask,
-both passes and the two-pass call, odd lengths, residual=False, and K1's three-block form. Tolerance as in test_kernels.py:
-error(fused vs fp64) <= 2 * error(PyTorch at that dtype vs fp64) + floor, outputs poisoned first.
+both passes and the two-pass call, odd lengths, residual=False, and K1's three-block form. Tolerance
+as in test_kernels.py: error(fused vs fp64) <= 2 * error(PyTorch at that dtype vs fp64) + floor,
+outputs poisoned first.
 """
 from __future__ import annotations
 
