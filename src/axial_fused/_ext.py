@@ -174,7 +174,8 @@ class Binary:
                   sms: int, smem_optin: int) -> int:
         """K1's blocks an SM (2 or 3) that the planner gives a two-kernel pass of num_seq sequences of
         `length` tokens (16-bit on sm_90a: its three-block form where that fills the waves better)."""
-        return self._plan(dtype, dim, heads, num_seq, length, False, arch, sm90a, sms, smem_optin, 1, False)[2]
+        return self._plan(dtype, dim, heads, num_seq, length, False, arch, sm90a, sms, smem_optin,
+                          PATHS["two_kernel"], False)[2]
 
     def _plan(self, dtype, dim, heads, num_seq, length, tf32, arch, sm90a, sms, smem_optin, forced, gated):
         path, group, k1, buf = ctypes.c_int(), ctypes.c_int(), ctypes.c_int(), ctypes.create_string_buffer(self._ERR)
