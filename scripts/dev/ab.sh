@@ -11,7 +11,8 @@
 # OLD) that build A / B takes back out, so that it is the old code (a change not behind a flag; C is
 # the tree as it is); AB_SHAPES: feature_times shapes, space-separated (default 1,1024,256,64,8; ""
 # for none); AB_SETS: its feature sets (default plain,mask,bias,mask+bias+gate); AB_BLOCKS: protein
-# blocks (default extra_msa; "" for none);
+# blocks (default extra_msa; "" for none); AB_GRAPH=1: per block its fused_graph time (the protein
+# suite's) and one graph replay's span (protein_times.py --graph) instead of its kernels' sum;
 # AB_TESTS: pytest arguments for the last build (default tests/test_features.py; "" for none; split at
 # spaces), AB_TESTS_K: its -k expression (may hold spaces), within AB_TEST_S seconds (default 150);
 # AB_STEP_S: each timing step's limit (default 120 s); AB_COLS: the feature lines' width (default 160).
@@ -42,7 +43,14 @@ for round in 1 2; do
     cd "/tmp/ab$v" || exit 1
     for b in ${AB_BLOCKS-extra_msa}; do
       # (its warnings to a log: on stdout they would take the three lines)
-      PYTHONPATH=src:$deps timeout "$step" python3 scripts/dev/protein_times.py "$b" 2>> protein_times.err | head -3
+      if [[ -n ${AB_GRAPH:-} ]]; then  # the block's fused_graph time and one replay's span
+        PYTHONPATH=src:$deps timeout "$step" python3 -m axial_fused.bench --suite protein --shapes "$b" \
+          --peers fused_graph --json '' 2>> protein_times.err | grep "^$b "
+        PYTHONPATH=src:$deps timeout "$step" python3 scripts/dev/protein_times.py "$b" --graph 2>> protein_times.err |
+          grep "one replay"
+      else
+        PYTHONPATH=src:$deps timeout "$step" python3 scripts/dev/protein_times.py "$b" 2>> protein_times.err | head -3
+      fi
     done
     for shape in ${AB_SHAPES-1,1024,256,64,8}; do
       PYTHONPATH=src timeout "$step" python3 scripts/dev/feature_times.py "$shape" --sets "${AB_SETS:-plain,mask,bias,mask+bias+gate}" 2>&1 |
