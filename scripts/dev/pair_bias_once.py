@@ -1,8 +1,9 @@
 """One call of the pair-bias op at a protein block's size, for ncu (GPU machine, extension built):
 
-    PYTHONPATH=src python scripts/dev/pair_bias_once.py [BLOCK]
+    PYTHONPATH=src python scripts/dev/pair_bias_once.py [N_RES] [HEADS]
 
-BLOCK: msa_row_pair (default: z [1, 256, 256, 128], 8 heads) or tri_384 (z [1, 384, 384, 128], 4 heads).
+z [1, N_RES, N_RES, 128] in bfloat16 (default N_RES 256, HEADS 8: msa_row_pair's and extra_msa's
+pair bias), LayerNorm and projection weights random.
 """
 import sys
 
@@ -10,9 +11,9 @@ import torch
 
 import axial_fused  # noqa: F401  (registers torch.ops.axial_fused)
 
-SIZES = {"msa_row_pair": (256, 128, 8), "tri_384": (384, 128, 4)}
-
-n, c, heads = SIZES[sys.argv[1] if len(sys.argv) > 1 else "msa_row_pair"]
+n = int(sys.argv[1]) if len(sys.argv) > 1 else 256
+heads = int(sys.argv[2]) if len(sys.argv) > 2 else 8
+c = 128
 g = torch.Generator(device="cuda").manual_seed(0)
 z = torch.randn(1, n, n, c, device="cuda", dtype=torch.bfloat16, generator=g)
 lw = 1 + 0.1 * torch.randn(c, device="cuda", dtype=torch.bfloat16, generator=g)
