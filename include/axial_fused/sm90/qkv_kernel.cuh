@@ -221,9 +221,9 @@ __device__ __forceinline__ void ln_qkv_sm90_body(const PassParams& p, const void
 
 // Both forms start without waiting for the grid before them: launched after the prep kernel with
 // programmatic dependent launch (Spec::launch_k1), their launch overlaps its tail, since they read
-// neither of its outputs (the key bits, the prepared bias) nor write what it reads, and each thread waits for
-// it only at its end, so that the attention kernel, which waits for K1, finds the prepared terms
-// too. Otherwise they are launched plainly and the wait returns at once.
+// neither of its outputs (the key bits, the prepared bias) nor write what it reads, and each thread
+// waits for it only at its end, so that the attention kernel, which waits for K1, finds the
+// prepared terms too. Otherwise they are launched plainly and the wait returns at once.
 template <class T, int D, bool EXTRAS = false, bool THREE = false>
 __global__ void __launch_bounds__(QkvSm90<T, D, THREE>::THREADS, QkvSm90<T, D, THREE>::MINB)
     ln_qkv_sm90_kernel(const __grid_constant__ PassParams p) {
