@@ -129,22 +129,6 @@ int k1_blocks_per_sm(const SpecInfo* spec, int64_t tokens, const DeviceInfo& dev
   return fill(3) > fill(2) ? 3 : 2;
 }
 
-Plan plan_path(const SpecInfo* spec, int64_t num_seq, int len, int math, const DeviceInfo& dev, int forced,
-               bool gated);
-
-}  // namespace
-
-// Which path runs a pass of `num_seq` sequences of `len` tokens on `dev`, how many sequences a block
-// of a fused path takes, and K1's blocks an SM on the two-kernel path (k1_blocks_per_sm).
-Plan plan_pass(const SpecInfo* spec, int64_t num_seq, int len, int math, const DeviceInfo& dev, int forced,
-               bool gated) {
-  Plan plan = plan_path(spec, num_seq, len, math, dev, forced, gated);
-  if (plan.path == kPathTwoKernel) plan.k1_per_sm = k1_blocks_per_sm(spec, num_seq * len, dev);
-  return plan;
-}
-
-namespace {
-
 // The path and the fused paths' sequences per block. The rule, in order (docs/design.md, "The planner"):
 //   0. `forced` >= 0 (tests and benchmarks, set_path_override): that path, or an error saying why it
 //      cannot run here;
@@ -187,6 +171,15 @@ Plan plan_path(const SpecInfo* spec, int64_t num_seq, int len, int math, const D
 }
 
 }  // namespace
+
+// Which path runs a pass of `num_seq` sequences of `len` tokens on `dev`, how many sequences a block
+// of a fused path takes, and K1's blocks an SM on the two-kernel path (k1_blocks_per_sm).
+Plan plan_pass(const SpecInfo* spec, int64_t num_seq, int len, int math, const DeviceInfo& dev, int forced,
+               bool gated) {
+  Plan plan = plan_path(spec, num_seq, len, math, dev, forced, gated);
+  if (plan.path == kPathTwoKernel) plan.k1_per_sm = k1_blocks_per_sm(spec, num_seq * len, dev);
+  return plan;
+}
 
 // ---- one pass: its parameters and its launch ------------------------------------------------------
 
