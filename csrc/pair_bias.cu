@@ -1,4 +1,4 @@
-// The pair-bias kernel's instantiations and launch (include/axial_fused/common/pair_bias.cuh).
+// The pair-bias kernels' instantiations and launch (include/axial_fused/common/pair_bias.cuh).
 #include <cstdint>
 
 #include "axial_fused/common/pair_bias.cuh"
@@ -7,37 +7,54 @@
 namespace axial_fused {
 namespace {
 
-// One wave: as many blocks as fit on the device at once (each warp's ring then runs on across its
-// groups of tokens), or fewer where there are fewer groups.
-template <class T, int HMAX, bool VEC>
-cudaError_t launch_one(const PairBiasParams& p, cudaStream_t stream) {
-  const auto kernel = pair_bias_kernel<T, HMAX, VEC>;
-  const size_t smem = pair_bias_smem<HMAX>(p.c);
+// One wave: as many blocks as fit on the device at once (each warp then runs on across its tokens),
+// or fewer where there are fewer warps' worth of tokens (32 tokens a warp for the float32 kernel, 16
+// for the tensor-core one).
+template <class Kernel>
+cudaError_t launch_wave(Kernel kernel, int threads, size_t smem, int64_t warp_tokens, const PairBiasParams& p,
+                        cudaStream_t stream) {
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   int dev = 0, sms = 0, per_sm = 0;
   if (e == cudaSuccess) e = cudaGetDevice(&dev);
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kPairBiasThreads, smem);
+  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem);
   if (e != cudaSuccess) return e;
   const int64_t wave = int64_t(sms) * (per_sm > 0 ? per_sm : 1);
-  const int64_t blocks = (p.tokens + kPairBiasThreads - 1) / kPairBiasThreads;
-  kernel<<<unsigned(blocks < wave ? blocks : wave), kPairBiasThreads, smem, stream>>>(p);
+  const int64_t block_tokens = warp_tokens * (threads / 32), blocks = (p.tokens + block_tokens - 1) / block_tokens;
+  kernel<<<unsigned(blocks < wave ? blocks : wave), threads, smem, stream>>>(p);
   return cudaGetLastError();
 }
 
-// The vector loads when a row is whole 128-byte chunks and x is 16-byte aligned.
+// The vector loads when a row is whole 128-byte chunks (float32 kernel) or 32-channel groups (the
+// tensor-core kernel) and x is 16-byte aligned.
 template <class T, int HMAX>
-cudaError_t launch_heads(const PairBiasParams& p, cudaStream_t stream) {
+cudaError_t launch_float(const PairBiasParams& p, cudaStream_t stream) {
   const bool vec = p.c % (128 / int(sizeof(T))) == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0;
-  return vec ? launch_one<T, HMAX, true>(p, stream) : launch_one<T, HMAX, false>(p, stream);
+  const size_t smem = pair_bias_smem<HMAX>(p.c);
+  return vec ? launch_wave(pair_bias_kernel<T, HMAX, true>, kPairBiasThreads, smem, 32, p, stream)
+             : launch_wave(pair_bias_kernel<T, HMAX, false>, kPairBiasThreads, smem, 32, p, stream);
+}
+
+template <class T, int NT>
+cudaError_t launch_mma(const PairBiasParams& p, cudaStream_t stream) {
+  const bool vec = p.c % 32 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0;  // (whole 32-channel groups)
+  const size_t smem = pair_bias_mma_smem<NT>(p.c);
+  return vec ? launch_wave(pair_bias_mma_kernel<T, NT, true>, kPairBiasMmaThreads, smem, 16, p, stream)
+             : launch_wave(pair_bias_mma_kernel<T, NT, false>, kPairBiasMmaThreads, smem, 16, p, stream);
 }
 
 template <class T>
 cudaError_t launch_typed(const PairBiasParams& p, cudaStream_t stream) {
-  if (p.heads <= 4) return launch_heads<T, 4>(p, stream);
-  if (p.heads <= 8) return launch_heads<T, 8>(p, stream);
-  if (p.heads <= 16) return launch_heads<T, 16>(p, stream);
-  return launch_heads<T, 32>(p, stream);
+  if constexpr (sizeof(T) == 2) {
+    if (p.heads <= 8) return launch_mma<T, 1>(p, stream);
+    if (p.heads <= 16) return launch_mma<T, 2>(p, stream);
+    return launch_mma<T, 4>(p, stream);
+  } else {
+    if (p.heads <= 4) return launch_float<T, 4>(p, stream);
+    if (p.heads <= 8) return launch_float<T, 8>(p, stream);
+    if (p.heads <= 16) return launch_float<T, 16>(p, stream);
+    return launch_float<T, 32>(p, stream);
+  }
 }
 
 }  // namespace

@@ -648,7 +648,7 @@ def test_pair_bias_bad_inputs_name_the_argument():
 
 @gpu
 @pytest.mark.parametrize("dt", list(DTYPES))
-@pytest.mark.parametrize("c,heads", [(128, 4), (64, 8), (100, 3), (300, 1), (1024, 32)])
+@pytest.mark.parametrize("c,heads", [(128, 4), (64, 8), (100, 3), (192, 12), (200, 5), (300, 1), (1024, 32)])
 def test_pair_bias_kernel_matches_float64(c, heads, dt):
     """The pair-bias kernel against float64, judged against PyTorch's LayerNorm + Linear at the same
     dtype, the output poisoned first; an odd plane, x strided (the op copies it) and x contiguous at
@@ -671,8 +671,8 @@ def test_pair_bias_kernel_matches_float64(c, heads, dt):
 @gpu
 @pytest.mark.parametrize("dt", list(DTYPES))
 def test_pair_bias_kernel_many_tokens(dt):
-    """More tokens than one wave of the kernel's warps takes (so that warps run on to further groups of
-    32 tokens through their rings), a last group cut short, against float64, the output poisoned."""
+    """More tokens than one wave of the kernel's warps takes (so that warps run on to further tokens),
+    a last group of tokens cut short, against float64, the output poisoned."""
     dtype = DTYPES[dt]
     x, nw, nb, w = pair_bias_inputs(2, 300, 301, 128, 8, dtype, "cuda", 7)
     want = pair_bias64(x, nw, nb, w)

@@ -53,9 +53,13 @@ def main() -> None:
 
 def timeline(events, per_call: int) -> None:
     """The last replay's kernels in order (each replay launches per_call kernels)."""
-    last = sorted(events, key=lambda e: e.time_range.start)[-per_call:]
+    ordered = sorted(events, key=lambda e: e.time_range.start)
+    last = ordered[-per_call:]
     t0, prev_end = last[0].time_range.start, None
     print(f"  one replay: {last[-1].time_range.end - t0:.1f} us from the first start to the last end")
+    if len(ordered) > per_call:  # the replays run back to back: what lies between two of them
+        before = max(e.time_range.end for e in ordered[:-per_call])
+        print(f"  {t0 - before:.1f} us from the previous replay's last end to this one's first start")
     for e in last:
         gap = "" if prev_end is None else f"gap {e.time_range.start - prev_end:7.1f}"
         print(f"  {e.time_range.start - t0:8.1f} .. {e.time_range.end - t0:8.1f}  {gap:12s} {e.name[:80]}")
