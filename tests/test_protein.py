@@ -652,7 +652,9 @@ def test_pair_bias_bad_inputs_name_the_argument():
 def test_pair_bias_kernel_matches_float64(c, heads, dt):
     """The pair-bias kernel against float64, judged against PyTorch's LayerNorm + Linear at the same
     dtype, the output poisoned first; an odd plane, x strided (the op copies it) and x contiguous at
-    an address that is not 16-byte aligned (the kernel's scalar loads)."""
+    an address that is not 16-byte aligned (the kernel's scalar loads). c a multiple of 32 or not
+    (100, 200, 300: scalar loads for 16-bit x), one to four chunks of 128 channels, heads in one, two
+    or four 8-head tiles of the tensor-core kernel."""
     dtype = DTYPES[dt]
     x, nw, nb, w = pair_bias_inputs(2, 7, 33, c, heads, dtype, "cuda", c + heads)
     want = pair_bias64(x, nw, nb, w)
