@@ -52,11 +52,12 @@ def weights(dtype, dim, heads, extras=False):
 
 def features(x, heads, dtype):
     """The optional features for x [B, H, W, D], made on the CPU (as weights): a mask with a padded
-    tail and holes, a row bias of x's batch in x's dtype and a column bias of batch 1 in float32."""
+    tail, a fully absent row and holes, a row bias of x's batch in x's dtype and a column bias of batch 1 in float32."""
     B, H, W, _ = x.shape
     g = torch.Generator().manual_seed(H * W)
     mask = torch.rand(B, H, W, generator=g) > 0.2
-    mask[:, :, W - W // 4:] = False
+    mask[:, :, W - W // 4:] = False  # (the column pass's last columns: sequences with no key present)
+    mask[:, H // 2, :] = False  # (a row pass's sequence with no key present)
     bias_row = (torch.randn(B, heads, W, W, generator=g) * 2).to(dtype).cuda()
     bias_col = (torch.randn(1, heads, H, H, generator=g) * 2).cuda()
     # (the mask as uint8, the layout the kernels read: no conversion on the GPU)

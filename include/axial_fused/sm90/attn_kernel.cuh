@@ -126,10 +126,10 @@ __device__ __forceinline__ void mask_keys(float (&sc)[BN / 2], int valid) {
 }
 
 // The end of a sequence's keys that its queries need, from its prepared mask bits (key_bits, fragment
-// order, keys past L absent): past its last 64-key chunk with a present key, or L where no key is
-// present (its queries attend uniformly to all). A key tile past that end has only absent keys, whose
-// exponentials underflow to exactly 0 beside a present key's, so it may be skipped. Each warp computes
-// it on its own (no block barrier): a lane per chunk, 8 bytes each.
+// order, keys past L absent): past its last 64-key chunk with a present key, or 0 where no key is
+// present (its queries attend uniformly to all L: value_sums in attn_sm90_body). A key tile past that
+// end has only absent keys, whose exponentials underflow to exactly 0 beside a present key's, so it
+// may be skipped. Each warp computes it on its own (no block barrier): a lane per chunk, 8 bytes each.
 __device__ __forceinline__ int present_key_end(const uint16_t* bits, int L) {
   const int chunks = (L + 63) / 64;
   int last = -1;
@@ -138,7 +138,7 @@ __device__ __forceinline__ int present_key_end(const uint16_t* bits, int L) {
     if ((w.x & w.y) != 0xffffffffu) last = c;
   }
   last = __reduce_max_sync(0xffffffffu, last);
-  return last < 0 ? L : min(L, 64 * (last + 1));
+  return last < 0 ? 0 : min(L, 64 * (last + 1));
 }
 
 // One tile of the online softmax for a warpgroup's 64 x BN scores (wgmma accumulator layout: row g
@@ -245,8 +245,11 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
       mrow |= uint32_t(__ldg(kbits + (pos >> 4)) >> (pos & 15) & 1u) << kt;
     }
   }
-  // Key tiles a head runs: with the mask, those up to the sequence's last present key.
-  const int nkt = ((TM ? present_key_end(kbits, L) : L) + BN - 1) / BN;
+  // Key tiles a head runs: with the mask, those up to the sequence's last present key; none where no
+  // key is present (`uniform`: each head's output is the mean of its values, value_sums).
+  const int key_end = TM ? present_key_end(kbits, L) : L;
+  const bool uniform = TM && key_end == 0;
+  const int nkt = (key_end + BN - 1) / BN;
   const int q0 = int(blockIdx.x % nqt) * BM;
   const int ld = EXTRAS ? p.nq : 3 * D;  // the scratch's row length
   const T* qkv = static_cast<const T*>(p.scratch) + s * L * ld;
@@ -489,7 +492,9 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
   constexpr bool INIT = TB || (TM && !TMM);
   float sc[BN / 2];  // a unit's scores (with INIT, from its terms on)
 
-  if constexpr (C::BSLOT) issue_bias();  // the first unit's
+  if constexpr (C::BSLOT) {
+    if (!uniform) issue_bias();  // the first unit's
+  }
   // Copy groups newer than the one a chunk start waits for: the la - 1 chunks' groups after it and,
   // with BSLOT, the la units' bias groups between them (the first of them in the prologue); a
   // compile-time count where the head has more tiles than LA (every head but the shortest ones).
@@ -508,8 +513,129 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
   };
   static_assert(!C::BSLOT || (MT == 1 && SW <= 4), "one bias slot a warp; at most three groups newer");
 
+  // A sequence with no present key (`uniform`): every logit is kMaskedRaw, so each query attends
+  // uniformly to the L keys and head h's output is the same for all queries: its values' column sums
+  // over 1 / L. The warpgroup sums them on the CUDA cores (no key tiles, no S product, no softmax): a
+  // thread one 16-byte piece of every RPS-th row, eight rows' loads issued before their sums, reduced
+  // across the lanes, then the warps through this warpgroup's ring (idle in such a block), into this thread's accumulator entries of each head's output (o[m][4 jb + 2 hr + e]
+  // holds column 8 jb + 2 t + e), which store_head divides by L. The gate's factors (gate_copy) are
+  // waited for before the barrier, so that every thread's copies are visible to store_head.
+  auto value_sums = [&](int h, float (&o)[MT][HD / 2]) {
+    constexpr int PPR = HD / 8, RPS = 128 / PPR, BATCH = 8;
+    float acc[8] = {};
+    const T* v = qkv + 2 * D + h * HD + (wtid % PPR) * 8;
+    for (int r0 = wtid / PPR; r0 < L; r0 += BATCH * RPS) {
+      uint4 u[BATCH];
+#pragma unroll
+      for (int k = 0; k < BATCH; ++k) {
+        const int r = r0 + k * RPS;
+        u[k] = r < L ? *reinterpret_cast<const uint4*>(v + int64_t(r) * ld) : make_uint4(0u, 0u, 0u, 0u);
+      }
+#pragma unroll
+      for (int k = 0; k < BATCH; ++k) {
+        const uint32_t w[4] = {u[k].x, u[k].y, u[k].z, u[k].w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const float2 f = Pack2<T>::unpack(*reinterpret_cast<const typename Pack2<T>::type*>(&w[j]));
+          acc[2 * j] += f.x, acc[2 * j + 1] += f.y;
+        }
+      }
+    }
+#pragma unroll
+    for (int off = PPR; off < 32; off *= 2)
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[e] += __shfl_xor_sync(0xffffffffu, acc[e], off);
+    float* part = reinterpret_cast<float*>(ring + wg * SW * C::STAGE);  // [warp][HD]
+    if (lane < PPR) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) part[warp * HD + lane * 8 + e] = acc[e];
+    }
+    cp_async_wait<0>();
+    warpgroup_sync(wg);
+#pragma unroll
+    for (int jb = 0; jb < HD / 8; ++jb)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int c = 8 * jb + 2 * t + e;
+        const float sum = part[c] + part[HD + c] + part[2 * HD + c] + part[3 * HD + c];
+#pragma unroll
+        for (int m = 0; m < MT; ++m) o[m][4 * jb + e] = o[m][4 * jb + 2 + e] = sum;
+      }
+    warpgroup_sync(wg);  // (the partial sums read before the next head's are written)
+  };
+
+  // Head h's output O_h / rowsum into its columns of the output tile (SPLIT: of the scratch's q, as
+  // 16-byte vectors; rows past the sequence's end are not written).
+  auto store_head = [&](int h, const float (&o)[MT][HD / 2], const float (&l_run)[MT][2]) {
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+      float inv[2];
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        float l = l_run[m][hr];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        inv[hr] = 1.f / l;
+      }
+      const int r0 = 64 * m + warp * 16 + g;
+      if constexpr (SPLIT != 0) {
+        // With the gate: gf[e] = sigmoid(g) of output element e, from the query's scratch row.
+        float gf[HD / 2];
+#pragma unroll
+        for (int e = 0; e < HD / 2; ++e) gf[e] = 1.f;
+        if constexpr (EXTRAS) {
+          if (p.gated) {
+#pragma unroll
+            for (int hr = 0; hr < 2; ++hr) {
+              const int q = q0 + r0 + 8 * hr < L ? q0 + r0 + 8 * hr : L - 1;
+#pragma unroll
+              for (int jb = 0; jb < HD / 8; ++jb) {
+                const float2 gv = load2(qkv + int64_t(q) * ld + 3 * D + h * HD + 8 * jb + 2 * t);
+                gf[4 * jb + 2 * hr] = gv.x;
+                gf[4 * jb + 2 * hr + 1] = gv.y;
+              }
+            }
+          }
+        }
+        float ov[HD / 2];  // (a copy: writing the accumulators themselves makes ptxas fence the wgmma)
+#pragma unroll
+        for (int e = 0; e < HD / 2; ++e) ov[e] = o[m][e] * inv[(e >> 1) & 1] * gf[e];
+        T* const o_rows = const_cast<T*>(qkv) + int64_t(q0) * ld;
+        auto put = [&](int r, int c, uint4 v) {
+          if (q0 + r < L) st_global_16(o_rows + int64_t(r) * ld + c, v);
+        };
+        store_vec8<T, HD>(ov, r0, h * HD, t, put);
+      } else {
+#pragma unroll
+        for (int jb = 0; jb < HD / 8; ++jb) {
+          const int c = h * HD + 8 * jb + 2 * t;
+#pragma unroll
+          for (int hr = 0; hr < 2; ++hr) {
+            T* const at = O + sw128_index<BM>(r0 + 8 * hr, c);
+            float f0 = inv[hr], f1 = inv[hr];
+            if constexpr (EXTRAS) {
+              if (p.gated) {  // the gate's factors, copied here (gate_copy)
+                const float2 gv = load2(at);
+                f0 *= gv.x, f1 *= gv.y;
+              }
+            }
+            store2(at, o[m][4 * jb + 2 * hr] * f0, o[m][4 * jb + 2 * hr + 1] * f1);
+          }
+        }
+      }
+    }
+  };
+
   AXIAL_PHASE(0);
-  for (int i = 0; i < nh; ++i) {
+  if (uniform) {
+    for (int i = 0; i < nh; ++i) {
+      float o[MT][HD / 2], l_run[MT][2];
+      value_sums(2 * i + wg, o);
+#pragma unroll
+      for (int m = 0; m < MT; ++m) l_run[m][0] = l_run[m][1] = t == 0 ? float(L) : 0.f;  // (the quad's sum: L)
+      store_head(2 * i + wg, o, l_run);
+    }
+  } else for (int i = 0; i < nh; ++i) {
     const int h = 2 * i + wg;
     const uint32_t qb = q_base + (i & 1) * C::Q_BYTES;
     float o[MT][HD / 2], m_run[MT][2], l_run[MT][2];
@@ -640,65 +766,7 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
     keep_regs(p_buf[1]);
 #pragma unroll
     for (int mm = 0; mm < MT; ++mm) fence_regs(o[mm]);
-    // O_h / rowsum into head h's columns of the output tile (SPLIT: of the scratch's q, as 16-byte
-    // vectors; rows past the sequence's end are not written).
-#pragma unroll
-    for (int m = 0; m < MT; ++m) {
-      float inv[2];
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        float l = l_run[m][hr];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        inv[hr] = 1.f / l;
-      }
-      const int r0 = 64 * m + warp * 16 + g;
-      if constexpr (SPLIT != 0) {
-        // With the gate: gf[e] = sigmoid(g) of output element e, from the query's scratch row.
-        float gf[HD / 2];
-#pragma unroll
-        for (int e = 0; e < HD / 2; ++e) gf[e] = 1.f;
-        if constexpr (EXTRAS) {
-          if (p.gated) {
-#pragma unroll
-            for (int hr = 0; hr < 2; ++hr) {
-              const int q = q0 + r0 + 8 * hr < L ? q0 + r0 + 8 * hr : L - 1;
-#pragma unroll
-              for (int jb = 0; jb < HD / 8; ++jb) {
-                const float2 gv = load2(qkv + int64_t(q) * ld + 3 * D + h * HD + 8 * jb + 2 * t);
-                gf[4 * jb + 2 * hr] = gv.x;
-                gf[4 * jb + 2 * hr + 1] = gv.y;
-              }
-            }
-          }
-        }
-        float ov[HD / 2];  // (a copy: writing the accumulators themselves makes ptxas fence the wgmma)
-#pragma unroll
-        for (int e = 0; e < HD / 2; ++e) ov[e] = o[m][e] * inv[(e >> 1) & 1] * gf[e];
-        T* const o_rows = const_cast<T*>(qkv) + int64_t(q0) * ld;
-        auto put = [&](int r, int c, uint4 v) {
-          if (q0 + r < L) st_global_16(o_rows + int64_t(r) * ld + c, v);
-        };
-        store_vec8<T, HD>(ov, r0, h * HD, t, put);
-      } else {
-#pragma unroll
-        for (int jb = 0; jb < HD / 8; ++jb) {
-          const int c = h * HD + 8 * jb + 2 * t;
-#pragma unroll
-          for (int hr = 0; hr < 2; ++hr) {
-            T* const at = O + sw128_index<BM>(r0 + 8 * hr, c);
-            float f0 = inv[hr], f1 = inv[hr];
-            if constexpr (EXTRAS) {
-              if (p.gated) {  // the gate's factors, copied here (gate_copy)
-                const float2 gv = load2(at);
-                f0 *= gv.x, f1 *= gv.y;
-              }
-            }
-            store2(at, o[m][4 * jb + 2 * hr] * f0, o[m][4 * jb + 2 * hr + 1] * f1);
-          }
-        }
-      }
-    }
+    store_head(h, o, l_run);
   }
   if constexpr (SPLIT == 0) {  // (SPLIT: the projection is out_gemm_sm90_kernel's)
     // out = O @ W_out^T + bias + x, the weight streamed through the rings' space.
