@@ -16,7 +16,9 @@
 // (FlashAttention-3's order; ptxas waits for that P V before the exponentials, so the row maxima
 // overlap it, docs/performance.md). After the last tile O_h / rowsum goes into head h's columns of
 // the SW128 output tile, and once every head is done the block runs
-// out = O @ W_out^T + bias + x (wg_gemm, its weight ring in the key/value rings' space).
+// out = O @ W_out^T + bias + x (wg_gemm, its weight ring in the key/value rings' space). With a mask, a
+// sequence with no present key runs no key tiles: each head's output is the mean of its values
+// (value_sums).
 //
 // The split form (SPLIT, at D >= 512) runs the attention alone and leaves the output projection to
 // out_gemm_sm90_kernel (out_gemm_kernel.cuh).
