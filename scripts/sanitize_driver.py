@@ -52,7 +52,8 @@ def weights(dtype, dim, heads, extras=False):
 
 def features(x, heads, dtype):
     """The optional features for x [B, H, W, D], made on the CPU (as weights): a mask with a padded
-    tail, a fully absent row and holes, a row bias of x's batch in x's dtype and a column bias of batch 1 in float32."""
+    tail, a fully absent row and holes, a row bias of x's batch in x's dtype and a column bias of
+    batch 1 in float32."""
     B, H, W, _ = x.shape
     g = torch.Generator().manual_seed(H * W)
     mask = torch.rand(B, H, W, generator=g) > 0.2
