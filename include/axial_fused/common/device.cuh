@@ -24,7 +24,8 @@
 
 // Instrumentation, the build's one switch: with -DAXIAL_FUSED_PHASE_CLOCK (AXIAL_FUSED_NVCC_FLAGS) the
 // first blocks of the fused kernels, of every wg_gemm and of K1's consumers (their rows' loads and
-// LayerNorm, then the product's phases) print the clock cycles they spent in each phase.
+// LayerNorm, then the product's phases), and the first and last of the Hopper attention kernel's,
+// print the clock cycles they spent in each phase.
 // AXIAL_PHASE(i) adds the cycles since its last call to the local counter phase_[i] (declared with
 // phase_last_ where the counting starts); without the switch it is nothing.
 #ifdef AXIAL_FUSED_PHASE_CLOCK

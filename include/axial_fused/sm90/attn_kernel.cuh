@@ -218,7 +218,7 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
   // scratch as [sequences, L, ld], boxes of HD x 64 x 1, rows past L read as zeros).
   constexpr bool KVT = OTMA && C::KV_TMA;
 #ifdef AXIAL_FUSED_PHASE_CLOCK
-  long long phase_[7] = {}, phase_last_ = clock64();
+  long long phase_[9] = {}, phase_last_ = clock64();
 #endif
   extern __shared__ __align__(16) unsigned char smem_raw[];
   int64_t* xo = reinterpret_cast<int64_t*>(smem_raw);  // BM row offsets into x (-1: past the end)
@@ -633,6 +633,7 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
     for (int i = 0; i < nh; ++i) {
       float o[MT][HD / 2], l_run[MT][2];
       value_sums(2 * i + wg, o);
+      AXIAL_PHASE(7);
 #pragma unroll
       for (int m = 0; m < MT; ++m) l_run[m][0] = l_run[m][1] = t == 0 ? float(L) : 0.f;  // (the quad's sum: L)
       store_head(2 * i + wg, o, l_run);
@@ -788,12 +789,15 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
       }
     };
     project(OutEpilogue<T, EXTRAS>(p, xo, oo));
+    AXIAL_PHASE(8);
   }
 #ifdef AXIAL_FUSED_PHASE_CLOCK
-  if (blockIdx.x < 2 && wtid == 0)
+  // (the first two blocks, and the last, which with a padded mask is a sequence with no present key:
+  // its value sums in `sums`, its stores in drain+o)
+  if ((blockIdx.x < 2 || blockIdx.x == gridDim.x - 1) && wtid == 0)
     printf("attn_sm90 clocks L %d block %d wg %d: prologue %lld tile-wait %lld s %lld softmax %lld pv-wait %lld "
-           "drain+o %lld sync %lld\n", L, int(blockIdx.x), wg, phase_[0], phase_[1], phase_[2], phase_[3], phase_[4],
-           phase_[5], phase_[6]);
+           "drain+o %lld sync %lld sums %lld projection %lld\n", L, int(blockIdx.x), wg, phase_[0], phase_[1],
+           phase_[2], phase_[3], phase_[4], phase_[5], phase_[6], phase_[7], phase_[8]);
 #endif
 #endif  // AXIAL_FUSED_SM90
 }
