@@ -637,6 +637,7 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
 #pragma unroll
       for (int m = 0; m < MT; ++m) l_run[m][0] = l_run[m][1] = t == 0 ? float(L) : 0.f;  // (the quad's sum: L)
       store_head(2 * i + wg, o, l_run);
+      AXIAL_PHASE(5);
     }
   } else for (int i = 0; i < nh; ++i) {
     const int h = 2 * i + wg;
