@@ -519,9 +519,10 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
   // uniformly to the L keys and head h's output is the same for all queries: its values' column sums
   // over 1 / L. The warpgroup sums them on the CUDA cores (no key tiles, no S product, no softmax): a
   // thread one 16-byte piece of every RPS-th row, eight rows' loads issued before their sums, reduced
-  // across the lanes, then the warps through this warpgroup's ring (idle in such a block), into this thread's accumulator entries of each head's output (o[m][4 jb + 2 hr + e]
-  // holds column 8 jb + 2 t + e), which store_head divides by L. The gate's factors (gate_copy) are
-  // waited for before the barrier, so that every thread's copies are visible to store_head.
+  // across the lanes, then the warps through this warpgroup's ring (idle in such a block), into this
+  // thread's accumulator entries of each head's output (o[m][4 jb + 2 hr + e] holds column
+  // 8 jb + 2 t + e), which store_head divides by L. The gate's factors (gate_copy) are waited for
+  // before the barrier, so that every thread's copies are visible to store_head.
   auto value_sums = [&](int h, float (&o)[MT][HD / 2]) {
     constexpr int PPR = HD / 8, RPS = 128 / PPR, BATCH = 8;
     float acc[8] = {};
