@@ -185,16 +185,18 @@ def test_state_dict_keys_and_shapes_are_openfolds():
         assert all(torch.equal(mod.state_dict()[k], theirs[k]) for k in theirs)
 
 
+@pytest.mark.parametrize("residual", [False, True])
 @pytest.mark.parametrize("name", ["msa_row", "msa_col", "tri_start", "tri_end"])
-def test_modules_match_float64_cpu(name):
+def test_modules_match_float64_cpu(name, residual):
     """On the CPU (the PyTorch fallback, float32) each module against its algorithm in float64, with
-    masks that have holes, padded tails and a fully padded sequence, and strided inputs."""
+    masks that have holes, padded tails and a fully padded sequence, and strided inputs; the update,
+    or (residual=True) the input plus the update."""
     case = {c[0]: c for c in cases("cpu")}[name]
     _, mod, inputs, ref = case
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore", af.FusedFallbackWarning)
-        out = mod(*(strided(t) if t.dim() == 4 else t for t in inputs))
-    want = reference(ref, inputs[0].shape[0])
+        out = mod(*(strided(t) if t.dim() == 4 else t for t in inputs), residual=residual)
+    want = reference(ref, inputs[0].shape[0]) + (inputs[0].double() if residual else 0)
     assert out.shape == inputs[0].shape
     assert rel_err(out, want) < 1e-5, rel_err(out, want)
 
@@ -366,6 +368,9 @@ def test_c_hidden_not_matching_channels_falls_back():
         out = mod(m, z, mask)
     want = torch.stack([msa_row64(mod, m[b], z[b], mask[b]) for b in range(2)])
     assert rel_err(out, want) < 1e-5
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", af.FusedFallbackWarning)
+        assert rel_err(mod(m, z, mask, residual=True), m.double() + want) < 1e-5
 
 
 def test_bad_inputs_name_the_argument():
@@ -379,9 +384,15 @@ def test_bad_inputs_name_the_argument():
         row(m, torch.randn(1, 6, 6, 16))
     with pytest.raises(ValueError, match=r"mask has shape \(1, 5, 6\), expected \[\*, N_seq, N_res\]"):
         row(m, z, torch.ones(1, 5, 6))
+    with pytest.raises(TypeError, match="residual must be a bool, got int"):
+        row(m, z, residual=1)
     tri = protein.TriangleAttention(64, 16, 4)
     with pytest.raises(ValueError, match="square"):
         tri(torch.randn(5, 7, 64))
+    with pytest.raises(TypeError, match="residual must be a bool, got str"):
+        tri(torch.randn(5, 5, 64), residual="yes")
+    with pytest.raises(TypeError, match="residual must be a bool, got NoneType"):
+        protein.MSAColumnAttention(64, 16, 4)(m, residual=None)
 
 
 # ---- fair-esm ---------------------------------------------------------------------------------------
@@ -503,23 +514,25 @@ def _compiled(dtype_name, dim, heads):
 
 
 @gpu
+@pytest.mark.parametrize("residual", [False, True])
 @pytest.mark.parametrize("dt", list(DTYPES))
 @pytest.mark.parametrize("name", ["msa_row", "msa_col", "tri_start", "tri_end"])
-def test_modules_fused_match_float64(name, dt):
+def test_modules_fused_match_float64(name, dt, residual):
     """The fused kernels against the float64 algorithm, per compiled dtype (64x4 and 128x4 specs); the
     triangle modules also on the two-kernel path, where on H100 / H200 K1 writes their bias (the
-    planner's choice at these lengths is the one-kernel path, where the pair-bias kernel does)."""
+    planner's choice at these lengths is the one-kernel path, where the pair-bias kernel does); the
+    update, or (residual=True) the input plus the update, added by the output epilogue."""
     dtype = DTYPES[dt]
     _, mod, inputs, ref = {c[0]: c for c in cases("cpu")}[name]
     dim, heads = inputs[0].shape[-1], mod.no_heads
     if not _compiled(dt, dim, heads):
         pytest.skip(f"{dim}x{heads} {dt} not compiled")
-    want = reference(ref, inputs[0].shape[0])
+    want = reference(ref, inputs[0].shape[0]) + (inputs[0].double() if residual else 0)
     mod = mod.to("cuda", dtype)
     xs = [t.to("cuda", dtype) if t.is_floating_point() and t.dim() == 4 else t.cuda() for t in inputs]
     with torch.inference_mode():
         # PyTorch's own error at this dtype: the same pass in PyTorch ops (the modules' fallback code)
-        torch_out = _torch_reference(name, mod, xs)
+        torch_out = _torch_reference(name, mod, xs) + (xs[0] if residual else 0)
     torch_err = rel_err(torch_out.cpu(), want)
     tol = 1e-5 if dtype == torch.float32 and not torch.backends.cuda.matmul.allow_tf32 else 2 * torch_err + FLOOR[dtype]
     for path in (-1, 1) if name.startswith("tri") else (-1,):  # (1: the two-kernel path)
@@ -527,7 +540,7 @@ def test_modules_fused_match_float64(name, dt):
             torch.full((1 << 24,), float("nan"), device="cuda")  # poison the allocator's free blocks
             with warnings.catch_warnings():
                 warnings.simplefilter("error", af.FusedFallbackWarning)  # the fused path, or fail
-                out = mod(*(strided(t) if t.dim() == 4 else t for t in xs))
+                out = mod(*(strided(t) if t.dim() == 4 else t for t in xs), residual=residual)
         err = rel_err(out.cpu(), want)
         assert err <= tol, f"path {path}: error {err:.3g} > tolerance {tol:.3g} (PyTorch at {dt}: {torch_err:.3g})"
 

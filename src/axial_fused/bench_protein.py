@@ -11,11 +11,12 @@ residues and of sequences, and random holes):
                 c_z 128, 4 heads of 32
   esm_col       fair-esm's column attention block (LayerNorm, ColumnSelfAttention, residual), 256 rows
                 x 512 columns, dim 768, 12 heads
-Peers, on the same inputs and weights: eager (OpenFold's computation in PyTorch ops: its mask bias
-inf * (mask - 1) added to the logits; for esm_col the unpatched fair-esm block), compile
-(torch.compile of eager) and cueq (cuEquivariance's triangle_attention between the same PyTorch
-projections, where cuequivariance_torch imports). Ours: fused (the axial_fused.protein modules, or
-the patched ESM block) and fused_graph (its CUDA-graph replay). Each output is checked against eager
+Each block adds each module's update to its input (the model's residual). Peers, on the same inputs
+and weights: eager (OpenFold's computation in PyTorch ops: its mask bias inf * (mask - 1) added to
+the logits; for esm_col the unpatched fair-esm block), compile (torch.compile of eager) and cueq
+(cuEquivariance's triangle_attention between the same PyTorch projections, where
+cuequivariance_torch imports). Ours: fused (the axial_fused.protein modules with residual=True, the
+add fused into each pass; or the patched ESM block) and fused_graph (its CUDA-graph replay). Each output is checked against eager
 in float32 first, on the positions the mask keeps (a fully padded row is where OpenFold's mask bias
 and ours differ: docs/usage.md). Times as the main suite's: median of batches between CUDA events.
 """
@@ -141,16 +142,18 @@ def build(name, device="cuda", dtype=torch.bfloat16, seed=0):
     mods32, mods = [copy.deepcopy(m) for m in mods], [m.to(dtype) for m in mods]
     keep = inputs[-1][..., None]
 
-    def chain(update, ms):  # the blocks in turn, each adding its update
+    def chain(update, ms, add=True):  # the blocks in turn, each adding its update (add=False: update adds it)
         def run(x, *rest):
             z, mask = rest if len(rest) == 2 else (None, rest[0])
             for m in ms:
-                x = x + update(m, x, z if isinstance(m, protein.MSAAttention) and m.pair_bias else None, mask)
+                u = update(m, x, z if isinstance(m, protein.MSAAttention) and m.pair_bias else None, mask)
+                x = x + u if add else u
             return x
         return run
 
-    calls = {"eager": chain(eager_update, mods),
-             "fused": chain(lambda m, x, z, mask: m(x, z, mask) if z is not None else m(x, mask), mods)}
+    # (ours: the modules' residual=True, the add fused into each pass's output epilogue)
+    fused = lambda m, x, z, mask: m(x, z, mask, residual=True) if z is not None else m(x, mask, residual=True)
+    calls = {"eager": chain(eager_update, mods), "fused": chain(fused, mods, add=False)}
     try:  # (cuEquivariance's kernels are CUDA's only)
         core = _cueq_core() if torch.device(device).type == "cuda" else None
     except ImportError:

@@ -3,7 +3,8 @@
 ``MSARowAttentionWithPairBias``, ``MSAColumnAttention`` and ``TriangleAttention`` (with
 ``TriangleAttentionStartingNode`` / ``TriangleAttentionEndingNode``) take OpenFold's constructor
 arguments, parameter names (an OpenFold state_dict loads strictly), forward signatures and return
-values (the update, which the model adds itself); ``patch_esm(model)`` runs the column attention of a
+values (the update, which the model adds itself; ``residual=True`` returns the input plus the
+update, the add fused into the pass); ``patch_esm(model)`` runs the column attention of a
 fair-esm ``MSATransformer`` on the fused kernels with the model's own weights, ``patch_boltz(model)``
 the triangle attention of a Boltz model (AF3's form: no gate or output bias) likewise.
 
@@ -32,7 +33,8 @@ import torch.nn.functional as F
 
 from . import _ext
 from ._ops import DTYPE_NAMES, PAIR_BIAS_MAX_C, PAIR_BIAS_MAX_HEADS, call_checked
-from .functional import PassWeights, _arch_reason, _check_heads, _check_pass, _run_pass, _warn_once, axial_pass
+from .functional import (PassWeights, _arch_reason, _check_heads, _check_pass, _check_residual, _run_pass, _warn_once,
+                         axial_pass)
 from .reference import replace_absent
 
 __all__ = ["MSAAttention", "MSARowAttentionWithPairBias", "MSAColumnAttention", "TriangleAttention",
@@ -229,9 +231,10 @@ def _flat(t: torch.Tensor, keep: int) -> torch.Tensor:
 
 
 def _update(x: torch.Tensor, norm: nn.Module, mha: nn.Module, axis: str, mask, bias,
-            tri: nn.Linear | None = None) -> torch.Tensor:
+            tri: nn.Linear | None = None, residual: bool = False) -> torch.Tensor:
     """One pass's update over x [*, H, W, C] (mask [*, H, W], bias [*, heads, L, L] or None), fused
     where it can be; norm a LayerNorm (weight, bias, eps), mha a gated attention (_pass_weights).
+    residual: x + the update instead (fused: the output epilogue adds x as it stores).
     tri: the triangle bias's projection (H == W), applied to the pass's own LayerNorm output
     (PassWeights.bias_weight): query i, key j of the pass get tri(LN(its token (i, j))), x[i, j] in
     the row pass and x[j, i] in the column pass. An empty x (no sequences or no residues) gets its
@@ -250,25 +253,27 @@ def _update(x: torch.Tensor, norm: nn.Module, mha: nn.Module, axis: str, mask, b
     b4 = bias if bias is None or flat else _flat(bias, 3)
     if b4 is not None and b4.dtype not in (torch.float32, x.dtype):  # (the kernels take these two)
         b4 = b4.to(x.dtype)
-    if empty:
+    if empty or not fused:
+        if not empty:
+            _warn_once(f"c_hidden * no_heads = {mha.c_hidden} * {heads} differs from the channels "
+                       f"({grid[-1]}); the fused kernels need them equal")
         out = _torch_pass(x4, norm, mha, axis, m4, b4)
-    elif not fused:
-        _warn_once(f"c_hidden * no_heads = {mha.c_hidden} * {heads} differs from the channels "
-                   f"({grid[-1]}); the fused kernels need them equal")
-        out = _torch_pass(x4, norm, mha, axis, m4, b4)
+        if residual:
+            out = x4 + out
     else:
         pw, dim = _pass_weights(mha, norm, tri)
         if dim is not None:
-            out = _run_pass(x4, pw, dim, heads, axis, norm.eps, m4, b4, False, False)
+            out = _run_pass(x4, pw, dim, heads, axis, norm.eps, m4, b4, residual, False)
         else:
-            out = axial_pass(x4, pw, num_heads=heads, axis=axis, eps=norm.eps, mask=m4, bias=b4, residual=False)
+            out = axial_pass(x4, pw, num_heads=heads, axis=axis, eps=norm.eps, mask=m4, bias=b4, residual=residual)
     return out if flat else out.reshape(*lead, *grid)
 
 
 class MSAAttention(nn.Module):
     """OpenFold's ``MSAAttention``: row-wise gated self-attention over an MSA, with the pair bias
     when ``pair_bias`` (AF2 supplementary Algorithm 7). forward(m [*, N_seq, N_res, c_in], z
-    [*, N_res, N_res, c_z] or None, mask [*, N_seq, N_res] or None) -> the update, m's shape."""
+    [*, N_res, N_res, c_z] or None, mask [*, N_seq, N_res] or None) -> the update, m's shape
+    (``residual=True``: m + the update)."""
 
     def __init__(self, c_in: int, c_hidden: int, no_heads: int, pair_bias: bool = False, c_z: int | None = None,
                  inf: float = 1e9):
@@ -283,9 +288,10 @@ class MSAAttention(nn.Module):
     def forward(self, m: torch.Tensor, z: torch.Tensor | None = None, mask: torch.Tensor | None = None,
                 chunk_size=None, use_memory_efficient_kernel=False, use_deepspeed_evo_attention=False,
                 use_lma=False, use_flash=False, inplace_safe=False, _chunk_logits=None,
-                _checkpoint_chunks=None) -> torch.Tensor:
+                _checkpoint_chunks=None, *, residual: bool = False) -> torch.Tensor:
         # (chunking, the kernel choices and in-place flags are OpenFold's; the fused pass needs none)
         _check_input("m", m, self.c_in, "[*, N_seq, N_res, c_m]")
+        _check_residual(residual)
         mask = _check_mask(mask, m, "[*, N_seq, N_res]")
         bias = None
         if self.pair_bias and z is not None:
@@ -295,7 +301,7 @@ class MSAAttention(nn.Module):
                 raise ValueError(f"z has shape {tuple(z.shape)}, expected [*, N_res, N_res, c_z] = "
                                  f"{(*m.shape[:-3], n_res, n_res, self.c_z)} for m of shape {tuple(m.shape)}")
             bias = _pair_bias(z, self.layer_norm_z, self.linear_z)  # [*, heads, N_res, N_res]
-        return _update(m, self.layer_norm_m, self.mha, "row", mask, bias)
+        return _update(m, self.layer_norm_m, self.mha, "row", mask, bias, residual=residual)
 
 
 class MSARowAttentionWithPairBias(MSAAttention):
@@ -308,7 +314,8 @@ class MSARowAttentionWithPairBias(MSAAttention):
 class MSAColumnAttention(nn.Module):
     """OpenFold's ``MSAColumnAttention`` (AF2 supplementary Algorithm 8): gated self-attention along
     the MSA's columns, its parameters under ``_msa_att``. forward(m [*, N_seq, N_res, c_m], mask
-    [*, N_seq, N_res] or None) -> the update; the column pass reads m through its strides."""
+    [*, N_seq, N_res] or None) -> the update (``residual=True``: m + the update); the column pass
+    reads m through its strides."""
 
     def __init__(self, c_m: int, c_hidden: int, no_heads: int, inf: float = 1e9):
         super().__init__()
@@ -316,30 +323,36 @@ class MSAColumnAttention(nn.Module):
         self._msa_att = MSAAttention(c_m, c_hidden, no_heads, pair_bias=False, inf=inf)
 
     def forward(self, m: torch.Tensor, mask: torch.Tensor | None = None, chunk_size=None,
-                use_deepspeed_evo_attention=False, use_lma=False, use_flash=False) -> torch.Tensor:
+                use_deepspeed_evo_attention=False, use_lma=False, use_flash=False, *,
+                residual: bool = False) -> torch.Tensor:
         _check_input("m", m, self.c_m, "[*, N_seq, N_res, c_m]")
+        _check_residual(residual)
         mask = _check_mask(mask, m, "[*, N_seq, N_res]")
-        return _update(m, self._msa_att.layer_norm_m, self._msa_att.mha, "col", mask, None)
+        return _update(m, self._msa_att.layer_norm_m, self._msa_att.mha, "col", mask, None, residual=residual)
 
 
-def _triangle_update(mod: nn.Module, x: torch.Tensor, mask) -> torch.Tensor:
-    """A triangle attention module's update (this module's TriangleAttention, or Boltz's patched):
+def _triangle_update(mod: nn.Module, x: torch.Tensor, mask, residual: bool = False) -> torch.Tensor:
+    """A triangle attention module's update (this module's TriangleAttention, or Boltz's patched;
+    residual: x + the update):
     its layer_norm, linear (the triangle bias) and mha over x [*, I, J, c_in]. The triangle bias
     linear(LN(x)) comes from the pass's own LayerNorm output: starting node, bias[h, q, k] from
     x[q, k]; ending node (the transposed frame), from x[k, q]."""
     _check_input("x", x, mod.c_in, "[*, I, J, c_in]")
+    _check_residual(residual)
     mask = _check_mask(mask, x, "[*, I, J]")
     if x.shape[-3] != x.shape[-2]:
         raise ValueError(f"x has shape {tuple(x.shape)}: the triangle bias needs a square pair "
                          f"representation [*, N_res, N_res, c_in]")
-    return _update(x, mod.layer_norm, mod.mha, "row" if mod.starting else "col", mask, None, tri=mod.linear)
+    return _update(x, mod.layer_norm, mod.mha, "row" if mod.starting else "col", mask, None, tri=mod.linear,
+                   residual=residual)
 
 
 class TriangleAttention(nn.Module):
     """OpenFold's ``TriangleAttention`` (AF2 supplementary Algorithms 13 and 14): gated self-attention
     around the starting node (along the rows of the pair representation) or the ending node (along
     its columns, read through strides), with the triangle bias ``linear(layer_norm(x))``.
-    forward(x [*, I, J, c_in], mask [*, I, J] or None) -> the update, x's shape."""
+    forward(x [*, I, J, c_in], mask [*, I, J] or None) -> the update, x's shape (``residual=True``:
+    x + the update)."""
 
     def __init__(self, c_in: int, c_hidden: int, no_heads: int, starting: bool = True, inf: float = 1e9):
         super().__init__()
@@ -350,8 +363,8 @@ class TriangleAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, chunk_size=None,
                 use_memory_efficient_kernel=False, use_deepspeed_evo_attention=False, use_lma=False,
-                inplace_safe=False) -> torch.Tensor:
-        return _triangle_update(self, x, mask)
+                inplace_safe=False, *, residual: bool = False) -> torch.Tensor:
+        return _triangle_update(self, x, mask, residual)
 
 
 TriangleAttentionStartingNode = TriangleAttention
