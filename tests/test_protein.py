@@ -327,7 +327,7 @@ def test_modules_compile_fullgraph(name, device):
     """torch.compile(fullgraph=True) of a module (as a compiled OpenFold-style model traces it): no
     graph break, and the eager call's result. On the GPU in bfloat16 through the fused op (its fake
     kernel while tracing); on the CPU through the PyTorch path. The pair bias and the column pass
-    with a transposed bias are both traced (msa_row, tri_end)."""
+    with a transposed bias are both traced (msa_row, tri_end); the call with residual=True too."""
     _, mod, inputs, _ = {c[0]: c for c in cases("cpu")}[name]
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     if device == "cuda" and not _compiled("bfloat16", inputs[0].shape[-1], mod.no_heads):
@@ -340,7 +340,10 @@ def test_modules_compile_fullgraph(name, device):
             warnings.simplefilter("error", af.FusedFallbackWarning)
         want = mod(*xs)
         got = torch.compile(mod, fullgraph=True)(*xs)
+        want_sum = mod(*xs, residual=True)
+        got_sum = torch.compile(lambda *a: mod(*a, residual=True), fullgraph=True)(*xs)
     assert rel_err(got.float(), want.float()) < (1e-2 if device == "cuda" else 1e-5)
+    assert rel_err(got_sum.float(), want_sum.float()) < (1e-2 if device == "cuda" else 1e-5)
 
 
 @pytest.mark.parametrize("starting", [True, False])
