@@ -13,9 +13,10 @@ residues and of sequences, and random holes):
                 x 512 columns, dim 768, 12 heads
 Each block adds each module's update to its input (the model's residual). Peers, on the same inputs
 and weights: eager (OpenFold's computation in PyTorch ops: its mask bias inf * (mask - 1) added to
-the logits; for esm_col the unpatched fair-esm block), compile (torch.compile of eager) and cueq
-(cuEquivariance's triangle_attention between the same PyTorch projections, where
-cuequivariance_torch imports). Ours: fused (the axial_fused.protein modules with residual=True, the
+the logits; for esm_col the unpatched fair-esm block), compile (torch.compile of eager), and where
+cuequivariance_torch imports, cueq (cuEquivariance's triangle_attention between the same PyTorch
+projections) and, for the blocks with a pair-bias module, cueq_apb (that module's update by
+cuEquivariance's whole-operation attention_pair_bias; what it says it ran is logged). Ours: fused (the axial_fused.protein modules with residual=True, the
 add fused into each pass; or the patched ESM block) and fused_graph (its CUDA-graph replay). Each
 output is checked against eager in float32 first, on the positions the mask keeps (a fully padded
 row is where OpenFold's mask bias and ours differ: docs/usage.md). Times as the main suite's: median
@@ -37,7 +38,7 @@ BLOCKS = {
     "tri_384": dict(kind="tri", L=384, c=128, heads=4),
     "esm_col": dict(kind="esm_col", S=256, L=512, c=768, heads=12),
 }
-PEERS = ["eager", "compile", "cueq", "fused", "fused_graph"]
+PEERS = ["eager", "compile", "cueq", "cueq_apb", "fused", "fused_graph"]
 OURS = ("fused", "fused_graph")
 
 
@@ -113,6 +114,21 @@ def _cueq_core():
     return core
 
 
+def _cueq_pair_bias(mod, x, z, mask):
+    """MSARowAttentionWithPairBias's update by cuEquivariance's whole operation, attention_pair_bias
+    (both LayerNorms, the projections, the pair bias, the masked softmax, the gate and the output
+    projection in one call; the MSA's sequences are its multiplicity over the one pair representation)."""
+    import cuequivariance_torch as cuet
+    L, c = x.shape[-2:]
+    mha, ln_m, ln_z = mod.mha, mod.layer_norm_m, mod.layer_norm_z
+    out, _ = cuet.attention_pair_bias(
+        x.reshape(-1, L, c), z, mask.reshape(-1, L), mha.no_heads, ln_m.weight, ln_m.bias, mha.linear_q.weight, None,
+        mha.linear_k.weight, mha.linear_v.weight, mha.linear_g.weight, mha.linear_o.weight,
+        w_proj_z=mod.linear_z.weight, b_proj_o=mha.linear_o.bias, w_ln_z=ln_z.weight, b_ln_z=ln_z.bias,
+        eps=ln_m.eps, attn_scale=1 / math.sqrt(mha.c_hidden), b_proj_g=mha.linear_g.bias)
+    return out.view(x.shape)
+
+
 # ---- the blocks ---------------------------------------------------------------------------------------
 
 def build(name, device="cuda", dtype=torch.bfloat16, seed=0):
@@ -160,7 +176,11 @@ def build(name, device="cuda", dtype=torch.bfloat16, seed=0):
     except ImportError:
         core = None
     if core is not None:
-        calls["cueq"] = chain(lambda m, x, z, mask: eager_update(m, x, z, mask, core=core), mods)
+        cueq = lambda m, x, z, mask: eager_update(m, x, z, mask, core=core)
+        calls["cueq"] = chain(cueq, mods)
+        if kind in ("msa_row", "extra_msa"):  # (the blocks with a pair-bias module: that by attention_pair_bias)
+            calls["cueq_apb"] = chain(lambda m, x, z, mask: _cueq_pair_bias(m, x, z, mask) if z is not None
+                                      else cueq(m, x, z, mask), mods)
     ref = chain(eager_update, mods32)
     return inputs, keep, calls, lambda *a: ref(*(t.float() if t.is_floating_point() else t for t in a))
 
@@ -195,7 +215,7 @@ def bench_block(name, peers, log=print) -> dict:
     for peer in sorted(peers, key=lambda q: q == "compile"):
         try:
             with torch.inference_mode():
-                if peer in ("eager", "fused", "cueq"):
+                if peer in ("eager", "fused", "cueq", "cueq_apb"):
                     if peer not in calls:
                         log(f"  {name}/{peer}: not available here")
                         continue
@@ -207,11 +227,13 @@ def bench_block(name, peers, log=print) -> dict:
                 elif peer == "fused_graph":
                     gr, gout = _graph(lambda: calls["fused"](*inputs))
                     fn = lambda: (gr.replay(), gout)[1]
-                with warnings.catch_warnings():
+                with warnings.catch_warnings(record=peer.startswith("cueq")) as said:
                     if peer in OURS:  # ours on the fused path, or not timed
                         warnings.simplefilter("error", af.FusedFallbackWarning)
                     out = fn()
                     torch.cuda.synchronize()
+                    for w in said or []:  # what cuEquivariance says it ran (e.g. its PyTorch route)
+                        log(f"  {name}/{peer}: {str(w.message).splitlines()[0][:240]}")
                     errs[peer] = ((out.float() * keep - ref).norm() / ref.norm()).item()
                     if not math.isfinite(errs[peer]) or errs[peer] > 5e-2:
                         log(f"  {name}/{peer}: output differs from the fp32 eager one (rel err {errs[peer]:.3g}); "
