@@ -16,11 +16,11 @@ and weights: eager (OpenFold's computation in PyTorch ops: its mask bias inf * (
 the logits; for esm_col the unpatched fair-esm block), compile (torch.compile of eager), and where
 cuequivariance_torch imports, cueq (cuEquivariance's triangle_attention between the same PyTorch
 projections) and, for the blocks with a pair-bias module, cueq_apb (that module's update by
-cuEquivariance's whole-operation attention_pair_bias; what it says it ran is logged). Ours: fused (the axial_fused.protein modules with residual=True, the
-add fused into each pass; or the patched ESM block) and fused_graph (its CUDA-graph replay). Each
-output is checked against eager in float32 first, on the positions the mask keeps (a fully padded
-row is where OpenFold's mask bias and ours differ: docs/usage.md). Times as the main suite's: median
-of batches between CUDA events.
+cuEquivariance's whole-operation attention_pair_bias; what it says it ran is logged). Ours: fused
+(the axial_fused.protein modules with residual=True, the add fused into each pass; or the patched
+ESM block) and fused_graph (its CUDA-graph replay). Each output is checked against eager in float32
+first, on the positions the mask keeps (a fully padded row is where OpenFold's mask bias and ours
+differ: docs/usage.md). Times as the main suite's: median of batches between CUDA events.
 """
 from __future__ import annotations
 
