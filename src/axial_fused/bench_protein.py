@@ -178,7 +178,7 @@ def build(name, device="cuda", dtype=torch.bfloat16, seed=0):
     if core is not None:
         cueq = lambda m, x, z, mask: eager_update(m, x, z, mask, core=core)
         calls["cueq"] = chain(cueq, mods)
-        if kind in ("msa_row", "extra_msa"):  # (the blocks with a pair-bias module: that by attention_pair_bias)
+        if any(isinstance(m, protein.MSAAttention) and m.pair_bias for m in mods):  # (that by attention_pair_bias)
             calls["cueq_apb"] = chain(lambda m, x, z, mask: _cueq_pair_bias(m, x, z, mask) if z is not None
                                       else cueq(m, x, z, mask), mods)
     ref = chain(eager_update, mods32)
