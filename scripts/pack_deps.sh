@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# The Python packages the GPU machine lacks and the protein tests and benchmark use (fair-esm, Boltz,
-# and cuEquivariance with its dependencies), packed here for the device tool, which carries at most 64 MiB:
-# their wheels' files in one tar compressed with `zstd -19 --long=27` (about 29 MB, from 73 MB of
-# wheels), and the zstandard wheel that unpacks it there (the GPU machine has no zstd command).
-# Usage (this machine):  bash scripts/pack_deps.sh   then carry .whl/deps.tar.zst and .whl/zstandard.whl;
-# scripts/device_run.sh unpacks them into /tmp/deps, on PYTHONPATH. DEVICE_PY: the GPU machine's Python.
+# For a GPU machine without internet access: the Python packages that the protein tests and benchmark
+# use beyond scripts/setup.sh's (fair-esm, Boltz, and cuEquivariance with its dependencies), packed on
+# a machine with internet into one archive: their wheels' files in .whl/deps.tar.zst (zstd -19, about
+# 29 MB from 73 MB of wheels), beside .whl/zstandard.whl, which unpacks it where no zstd command is.
+# Copy .whl/ into the GPU machine's checkout; scripts/unpack_deps.sh (which scripts/gpu_run.sh,
+# gpu_wheel.sh and dev/ab.sh call) unpacks it onto PYTHONPATH.
+# Usage:  bash scripts/pack_deps.sh        TARGET_PY: the GPU machine's Python version (default 3.12).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY_VER=${DEVICE_PY:-3.12}
+PY_VER=${TARGET_PY:-3.12}
 dir=.whl; mkdir -p "$dir/wheels"
 dl() { python3 -m pip download -q --no-deps -d "$dir/wheels" --python-version "$PY_VER" --only-binary=:all: "$@"; }
 dl --platform manylinux_2_28_x86_64 fair-esm boltz==2.2.1 cuequivariance cuequivariance-torch cuequivariance-ops-cu13 \

@@ -1,28 +1,27 @@
 #!/usr/bin/env bash
 # compute-sanitizer memcheck, racecheck, synccheck and initcheck over scripts/sanitize_driver.py (every
 # dtype and head_dim, lengths 1 and 1024, lengths off the tile, packed sequences, both kernel paths).
-# Usage (repo root, extension built in place):  bash scripts/sanitize.sh [tool ...]
+# Usage (GPU machine, repo root, extension built in place):  bash scripts/sanitize.sh [tool ...]
 # SANITIZE_DIMS="256x8,768x12" limits the driver to those (dim, heads); SANITIZE_FILTER replaces the
 # kernel filter (e.g. "--kernel-name kns=sm90": the Hopper kernels only), for a quicker racecheck.
-# Logs: $OUT/sanitize-<tool>.log (OUT defaults to ./device_out). Prints each tool's ERROR SUMMARY;
-# exit status 1 if any tool reports an error, fails or times out (SANITIZE_TIMEOUT seconds per tool,
-# or a share of the time to SANITIZE_DEADLINE).
-set -uo pipefail
-OUT=${OUT:-$PWD/device_out}; mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1  # AXIAL_FUSED_INSTALLED=1: the installed package, not ./src
-[[ ${AXIAL_FUSED_INSTALLED:-0} == 1 ]] || export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
+# Logs: $OUT/sanitize-<tool>.log. Prints each tool's ERROR SUMMARY; exit status 1 if any tool
+# reports an error, fails or runs out of time: SANITIZE_TIMEOUT seconds per tool (default 0: no
+# limit), or the time to SANITIZE_DEADLINE (epoch seconds) or to the end of TIME_LIMIT, shared.
+# OUT, TIME_LIMIT, AXIAL_FUSED_INSTALLED=1 (check the installed package, not ./src): prelude.sh.
+source "$(dirname "$0")/prelude.sh"
 # One cudaMalloc per tensor: memcheck then sees each tensor's bounds (with the caching allocator, an
 # overrun into a neighbouring tensor of the same segment goes unnoticed) and initcheck each fresh block.
 export PYTORCH_NO_CUDA_MEMORY_CACHING=1
-CS=$(command -v compute-sanitizer || ls -d ${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
+CS=$(command -v compute-sanitizer || ls -d "${CUDA_HOME:-/usr/local/cuda}"/bin/compute-sanitizer /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
 [[ -x "$CS" ]] || { echo "sanitize: compute-sanitizer not found"; exit 1; }
 # Only our kernels (their mangled names hold the namespace): PyTorch's own copies are not ours to check.
 FILTER=${SANITIZE_FILTER:---kernel-name kns=axial_fused}
 # SANITIZE_PARALLEL=1 (default): the tools run at once, as separate processes on the one GPU (the
-# slow ones, racecheck and initcheck, are host-bound). With SANITIZE_DEADLINE (epoch seconds) each
-# tool may run until then (in parallel) or gets an equal share of the time left (serially).
+# slow ones, racecheck and initcheck, are host-bound). With a deadline each tool may run until then
+# (in parallel) or gets an equal share of the time left (serially).
 tools=("$@"); [[ ${#tools[@]} -gt 0 ]] || tools=(memcheck synccheck racecheck initcheck)
 parallel=${SANITIZE_PARALLEL:-1}
+deadline=${SANITIZE_DEADLINE:-$( (( ${TIME_LIMIT:-0} > 0 )) && echo $(( START_S + TIME_LIMIT )) )}
 run_tool() {  # limit tool filter...
   local limit=$1 tool=$2; shift 2
   # (initcheck without the feature calls: PyTorch's uninstrumented copies of the gate's weights would
@@ -45,10 +44,10 @@ one_tool() {  # tool limit: run it, then write its one-line result to $OUT/sanit
   echo "$rc sanitize $tool: rc=$rc in $(( $(date +%s) - start )) s: ${summary:-no summary (see $OUT/sanitize-$tool.log)}" \
     > "$OUT/sanitize-$tool.rc"
 }
-limit_for() {  # tools_left
-  local limit=${SANITIZE_TIMEOUT:-150}
-  if [[ -n ${SANITIZE_DEADLINE:-} ]]; then
-    limit=$(( (SANITIZE_DEADLINE - $(date +%s)) / ($parallel == 1 ? 1 : $1) )); (( limit >= 30 )) || limit=30
+limit_for() {  # tools_left: a tool's time limit in seconds (0: none)
+  local limit=${SANITIZE_TIMEOUT:-0}
+  if [[ -n $deadline ]]; then
+    limit=$(( (deadline - $(date +%s)) / (parallel == 1 ? 1 : $1) )); (( limit >= 30 )) || limit=30
   fi
   echo "$limit"
 }

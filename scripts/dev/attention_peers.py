@@ -1,6 +1,6 @@
 """The protein blocks' attention core alone, in other libraries' kernels (torch.profiler, bf16):
 
-    PYTHONPATH=src:$deps python scripts/dev/attention_peers.py [SHAPE ...] [--reps N]
+    python3 scripts/dev/attention_peers.py [SHAPE ...] [--reps N]
 
 SHAPE: msa_row (512 sequences of 256, 8 heads of 32, mask and pair bias), msa_col (256 of 512,
 mask), tri_256 / tri_384 (one node: L sequences of L, 4 heads of 32, mask and bias), esm_col (512 of
@@ -11,16 +11,17 @@ LayerNorm or gate), the sum of the peer's kernels per call. Peers: cuEquivarianc
 (no mask or bias), and with the bias broadcast over the sequences (no mask; its batch stride 0) or,
 where the shape has no bias, with the key mask (bool, broadcast over heads and queries). Ours runs
 the whole pass (LayerNorm, projections, attention, gate, output projection): compare with
-`scripts/dev/feature_times.py` on the same device call.
+`scripts/dev/kernel_times.py features` on the same machine. cuEquivariance's rows need
+cuequivariance_torch importable.
 """
 import argparse
-import collections
 import math
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.profiler import ProfilerActivity, profile
+
+import devkit
 
 SHAPES = {  # N sequences, L length, heads, head_dim, with a bias
     "msa_row": (512, 256, 8, 32, True),
@@ -35,19 +36,8 @@ BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTEN
 
 def kernel_us(fn, reps):
     """(total µs of GPU kernels per call, {kernel: µs per call})."""
-    with torch.inference_mode():
-        for _ in range(3):
-            fn()
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(reps):
-                fn()
-            torch.cuda.synchronize()
-    per = collections.defaultdict(float)
-    for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
-            per[e.name] += e.device_time / reps
-    return sum(per.values()), per
+    per = devkit.per_kernel_us(devkit.kernel_events(fn, reps), reps, full_names=True)
+    return sum(t for t, _ in per.values()), {k: t for k, (t, _) in per.items()}
 
 
 def main() -> None:
@@ -55,6 +45,8 @@ def main() -> None:
     ap.add_argument("shapes", nargs="*", default=list(SHAPES))
     ap.add_argument("--reps", type=int, default=10)
     args = ap.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("attention_peers: no CUDA device")
     g = torch.Generator(device="cuda").manual_seed(0)
     try:
         import cuequivariance_torch as cuet

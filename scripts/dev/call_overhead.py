@@ -1,7 +1,7 @@
 """Where the CPU time of one eager call goes (GPU machine): the Python checks, the dispatcher call into
 the op, and the whole `axial_attention` call, timed on the host over many calls.
 
-    PYTHONPATH=src python3 scripts/dev/call_overhead.py [--after-compile | --protein]
+    python3 scripts/dev/call_overhead.py [--after-compile | --protein]
 
 A 1x1x1 grid keeps the GPU side (two launches, a few µs) below the host time, so the wall time per
 call is the host's; the seed shape shows what the benchmark's `fused` peer sees.
@@ -13,7 +13,8 @@ import time
 
 import torch
 
-import axial_fused as af
+import devkit
+from devkit import af
 from axial_fused import functional as F
 
 
@@ -94,6 +95,7 @@ def protein_modules() -> None:
 
 
 def main() -> None:
+    devkit.need_gpu("call_overhead")
     if "--after-compile" in sys.argv:
         after_compile()
         return

@@ -1,37 +1,27 @@
 """What cuBLAS reaches on our kernels' matrix products, for reference (not a peer of the benchmark):
 
-    python scripts/dev/gemm_ceiling.py [SHAPE ...]
+    python3 scripts/dev/gemm_ceiling.py [SHAPE ...]
 
 For each benchmark shape, times torch.matmul (cuBLAS, bf16) on the QKV product [N, D] x [D, 3D], the
 same with the gate's block [N, D] x [D, 4D], and the output projection [N, D] x [D, D] of one pass
 (N = B*H*W tokens), on random data, and prints microseconds and TFLOP/s: the rate our K1 /
 out-projection could aim for with an ordinary GEMM. Then K1's work done unfused: the LayerNorm
 alone, by PyTorch's kernel and by torch.compile's (a Triton kernel near the copy rate), and each
-followed by the QKV products (what K1 competes with).
+followed by the QKV products (what K1 competes with). Times as the benchmark's (bench._time_batches).
 """
 import sys
 
 import torch
 
-from axial_fused import bench
+import devkit
+from devkit import bench
 
-
-def time_us(fn, reps: int = 50) -> float:
-    for _ in range(5):
-        fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(reps):
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    times.sort()
-    return times[len(times) // 2]
+time_us = bench._time_batches
 
 
 def main() -> None:
+    if not torch.cuda.is_available():
+        sys.exit("gemm_ceiling: no CUDA device")
     for name in sys.argv[1:] or ["msa", "esm", "latent"]:
         B, H, W, D, heads, dt = bench.resolve_shape(name)
         n = B * H * W

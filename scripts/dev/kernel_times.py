@@ -1,60 +1,65 @@
-"""Per-kernel GPU time of one forward for benchmark shapes (torch.profiler), to see where time goes.
+"""Where a call's GPU time goes: each kernel's time per call, torch.profiler (GPU machine).
 
-    PYTHONPATH=src python scripts/dev/kernel_times.py [SHAPE ...] [--path auto|fused|two_kernel|fused_sm90]
+    python3 scripts/dev/kernel_times.py [--reps N] [--brief] [--timeline] [--full-names] WORKLOAD ...
 
-SHAPE: a benchmark suite name (seed, vision, ...) or B,H,W,D,heads[,dtype] (dtype bfloat16 unless given).
+WORKLOAD (devkit.py): `forward SHAPE... [--path P]`, `features SHAPE [--sets S] [--axes A]`,
+`protein [BLOCK...] [--graph]`, `pair_bias [--n-res N] [--heads H]`. E.g.
 
-Prints the total per forward, each kernel's time summed over the forward, and the launches of one
-forward in order (row pass first), each a median over the repetitions.
+    python3 scripts/dev/kernel_times.py forward msa esm
+    python3 scripts/dev/kernel_times.py --brief features msa --sets plain,mask+bias+gate
+    python3 scripts/dev/kernel_times.py --timeline protein msa_row_pair --graph
+
+Per workload: the kernels' sum per call, then each kernel's time per call (all its launches) and
+launches per call, largest first. --brief: one line each. --timeline: the last call's launches in
+order, each with its start and end after the call's first start and the gap before it (negative
+where it overlaps the kernel before, as under programmatic dependent launch), and the idle time
+between the last two calls.
 """
+from __future__ import annotations
+
 import argparse
-import collections
-import statistics
 
-import torch
-from torch.profiler import ProfilerActivity, profile
+import devkit
 
-import axial_fused as af
-from axial_fused import bench
+
+def timeline(events: list[devkit.Kernel], reps: int) -> None:
+    per_call = len(events) // reps
+    if per_call * reps != len(events):
+        print(f"  (no timeline: {len(events)} launches in {reps} calls)")
+        return
+    last, before = events[-per_call:], events[:-per_call]
+    t0 = last[0].start
+    print(f"  one call: {last[-1].end - t0:.1f} us from its first start to its last end")
+    if before:
+        print(f"  {t0 - max(k.end for k in before):.1f} us from the previous call's last end to its first start")
+    prev_end = None
+    for k in last:
+        gap = "" if prev_end is None else f"gap {k.start - prev_end:7.1f}"
+        print(f"  {k.start - t0:8.1f} .. {k.end - t0:8.1f}  {gap:12s} {devkit.short_name(k.name)}")
+        prev_end = k.end
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("shapes", nargs="*", default=list(bench.SUITE))
-    ap.add_argument("--path", default="auto", choices=list(af._ext.PATHS))
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--brief", action="store_true", help="one line a workload")
+    ap.add_argument("--timeline", action="store_true", help="the last call's launches in order")
+    ap.add_argument("--full-names", action="store_true", help="kernel names with namespaces and template arguments")
+    devkit.add_workloads(ap)
     args = ap.parse_args()
-    af._ext.C.set_path_override(af._ext.PATHS[args.path])
-    for name in args.shapes:
-        B, H, W, D, heads, dt = bench.resolve_shape(name)
-        model, x = bench._make(B, H, W, D, heads, dt)
-        m = model.to("cuda", bench.DTYPES[dt])
-        x = x.to("cuda", bench.DTYPES[dt])
-        w = af.AxialWeights.from_module(m)
-        with torch.inference_mode():
-            for _ in range(3):
-                af.axial_attention(x, w, strict=True)
-            torch.cuda.synchronize()
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                for _ in range(args.reps):
-                    af.axial_attention(x, w, strict=True)
-                torch.cuda.synchronize()
-        times = collections.defaultdict(list)
-        launches = []  # (short name, µs) in launch order, all repetitions
-        for e in prof.events():
-            if e.device_type == torch.autograd.DeviceType.CUDA:
-                short = e.name.split("<")[0].split("(")[0]
-                times[short].append(e.device_time)
-                launches.append((short, e.device_time))
-        total = sum(sum(v) for v in times.values()) / args.reps
-        print(f"{name:10s} total {total:8.1f} us/forward")
-        for k, v in sorted(times.items(), key=lambda kv: -sum(kv[1])):
-            print(f"    {k:40s} {sum(v) / args.reps:8.1f} us  ({len(v) // args.reps} launches, {sum(v) / len(v):7.1f} us each)")
-        per = len(launches) // args.reps
-        if per * args.reps == len(launches):
-            for i in range(per):
-                us = statistics.median(launches[r * per + i][1] for r in range(args.reps))
-                print(f"      launch {i}: {launches[i][0]:36s} {us:8.1f} us")
+    devkit.need_gpu("kernel_times")
+    for label, fn in devkit.calls(args):
+        events = devkit.kernel_events(fn, args.reps)
+        per = devkit.per_kernel_us(events, args.reps, args.full_names)
+        total = sum(t for t, _ in per.values())
+        if args.brief:
+            print(f"{label}: {total:.1f} us of kernels per call: " + ", ".join(f"{k} {t:.1f}" for k, (t, _) in per.items()))
+        else:
+            print(f"{label}: {total:.1f} us of kernels per call ({len(events) // args.reps} launches)")
+            for k, (t, n) in per.items():
+                print(f"  {t:8.1f}  x{n:<3d} {k[:120]}")
+        if args.timeline:
+            timeline(events, args.reps)
 
 
 if __name__ == "__main__":

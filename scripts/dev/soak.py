@@ -1,7 +1,7 @@
 """Soak: many calls in a row, no error and no growth in allocated GPU memory.
 
-    python scripts/dev/soak.py                      # 100,000 calls at seed (4,32,32,64,4) bf16, 1,000 at msa (1,512,256,256,8) bf16
-    python scripts/dev/soak.py --seed-calls 1000 --msa-calls 10   # quick
+    python3 scripts/dev/soak.py                     # 100,000 calls at seed (4,32,32,64,4) bf16, 1,000 at msa (1,512,256,256,8) bf16
+    python3 scripts/dev/soak.py --seed-calls 1000 --msa-calls 10   # quick
 
 After two warm-up calls, torch.cuda.memory_allocated() is sampled every `--every` calls and must never
 exceed its value after the warm-up (outputs are dropped each call, so the caching allocator reuses
@@ -15,8 +15,8 @@ import time
 
 import torch
 
-import axial_fused as af
-from axial_fused import _ext
+import devkit
+from devkit import af
 
 SHAPES = {"seed": ((4, 32, 32, 64), 4), "msa": ((1, 512, 256, 256), 8)}
 
@@ -63,9 +63,7 @@ def main() -> int:
     ap.add_argument("--msa-calls", type=int, default=1_000)
     ap.add_argument("--every", type=int, default=1000, help="sample memory every N calls")
     a = ap.parse_args()
-    if not torch.cuda.is_available() or _ext.C is None:
-        print(f"soak: needs a CUDA device and the extension ({_ext.error})")
-        return 1
+    devkit.need_gpu("soak")
     ok = soak("seed", a.seed_calls, a.every)
     ok = soak("msa", a.msa_calls, max(1, min(a.every, a.msa_calls // 10))) and ok
     print(f"soak: {'ok' if ok else 'FAILED'}")

@@ -1,13 +1,12 @@
 """SM clock and power while a load runs back to back, as the benchmark's timing loops run it.
 
-Why: the benchmark's `fused_graph` (CUDA-graph replay in 20 ms batches) sits 50-70 us above the sum
-of our kernels measured by scripts/dev/kernel_times.py (20 forwards under the profiler) at msa and esm.
-This script measures whether that is the clock, held down by the board's power limit under
-sustained load. This replays one shape's fused forward
-graph for SECONDS, then a large bf16 matmul (the peers' kind of load) for as long, sampling
-`nvidia-smi` every 100 ms, and prints each load's median SM clock, power and time per call.
+Whether a shape's benchmark time is held down by the board's power limit: under sustained load the
+SM clock drops below its boost clock, so a time measured in the benchmark's batches can exceed the
+kernels' sum measured over a few calls (scripts/dev/kernel_times.py). This replays one shape's
+fused forward graph for SECONDS, then a large bf16 matmul (the peers' kind of load) for as long,
+sampling `nvidia-smi` every 100 ms, and prints each load's median SM clock, power and time per call.
 
-    python scripts/dev/sustained_clock.py [SHAPE] [SECONDS]     (default esm 3)
+    python3 scripts/dev/sustained_clock.py [SHAPE] [SECONDS]     (default esm 3)
 """
 from __future__ import annotations
 
@@ -17,6 +16,8 @@ import sys
 import time
 
 import torch
+
+import devkit
 
 
 def _sampled(fn, seconds: float) -> tuple[float, float, float]:
@@ -44,10 +45,8 @@ def _sampled(fn, seconds: float) -> tuple[float, float, float]:
 
 
 def main(argv: list[str]) -> int:
-    if not torch.cuda.is_available():
-        print("sustained_clock: no CUDA device")
-        return 0
-    import axial_fused as af
+    devkit.need_gpu("sustained_clock")
+    af = devkit.af
     from axial_fused.bench import _graph, _make, resolve_shape
 
     shape = argv[0] if argv else "esm"

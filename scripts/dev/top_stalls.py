@@ -1,5 +1,5 @@
 """The SASS instructions with the most warp-state samples in an ncu source-page CSV
-(`ncu --import R --page source --print-source sass --csv`, as scripts/dev/ncu_source.sh writes it), each
+(`ncu --import R --page source --print-source sass --csv`, as `scripts/dev/ncu.sh source` writes it), each
 with its stall reasons sampled there (columns named like `stall_*` or "... Stall ..." that are
 non-zero on that row).
 

