@@ -20,6 +20,7 @@ import argparse
 import collections
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Callable, NamedTuple
 
@@ -128,6 +129,7 @@ def short_name(name: str) -> str:
 def kernel_events(fn: Call, reps: int = 10, warmup: int = 3) -> list[Kernel]:
     """Every GPU kernel of `reps` calls of fn (inference mode), in start order."""
     from torch.profiler import ProfilerActivity, profile
+    warnings.filterwarnings("ignore", message=".*Profiler clears events")  # (one profile, no schedule)
     with torch.inference_mode():
         for _ in range(warmup):
             fn()

@@ -46,7 +46,7 @@ case $mode in
       dram__bytes_write.sum)
     ncu_run --metrics "$(IFS=,; echo "${metrics[*]}")" > "$log" 2>&1; rc=$?
     # each kernel's line, then its metrics above 0.05
-    awk '/, Context [0-9]+, Stream/ {print substr($0, 1, 110)}
+    awk '/^(run_once|==)/ {next} /, Context [0-9]+, Stream/ {print substr($0, 1, 110); next}
          NF >= 3 && $NF ~ /^[0-9.,]+$/ { v = $NF; gsub(",", "", v); if (v + 0 > 0.05) printf "    %-80s %s\n", $1, $NF }' "$log" |
       sed 's/smsp__average_warps_issue_stalled_/stall_/; s/_per_issue_active.ratio//' ;;
   source)
