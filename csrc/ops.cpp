@@ -50,9 +50,10 @@ std::string device_str(const Tensor& t) {
   }
 }
 
-// The checks every entry point makes first. Their messages are _ops.py's too (docs/errors.md).
+// The checks every entry point makes first. Each check and its message is src/axial_fused/_checks.py's
+// too (docs/errors.md; tests/test_errors.py compares the two).
 void check_rank(const Tensor& x) {
-  STD_TORCH_CHECK(x.dim() == 4, "axial_fused: x must be [B, H, W, D], got ", x.dim(), " dimensions");
+  STD_TORCH_CHECK(x.dim() == 4, "axial_fused: x must be 4-D [B, H, W, D], got shape ", shape_str(x));
 }
 void check_axis(int64_t axis) {
   STD_TORCH_CHECK(axis == 0 || axis == 1, "axial_fused: axis must be 0 (row) or 1 (col), got ", axis);
@@ -186,8 +187,9 @@ void check_shapes(const Tensor& x, int64_t num_heads, double eps, const std::vec
     STD_TORCH_CHECK(!pw.gate_b.defined() || pw.gate_w.defined(), "axial_fused: ", weight_name(i, passes.size(), 7),
                     " was given without ", weight_name(i, passes.size(), 6), "; the gate needs its weight [D, D]");
   }
-  STD_TORCH_CHECK(x.size(1) >= 1 && x.size(2) >= 1, "axial_fused: H and W must be at least 1, got x of shape ",
-                  shape_str(x));
+  // A sequence of length 0 has no softmax: an error, not an empty result.
+  STD_TORCH_CHECK(x.size(1) >= 1 && x.size(2) >= 1 && x.size(3) >= 1, "axial_fused: x has shape ", shape_str(x),
+                  ": H, W and D must be at least 1 (B may be 0)");
   // Offsets are 64-bit throughout; these bounds keep the kernels' 32-bit per-block token counts valid.
   STD_TORCH_CHECK(x.size(1) * x.size(2) < (1LL << 31) && x.size(1) <= (1 << 24) && x.size(2) <= (1 << 24),
                   "axial_fused: x of shape ", shape_str(x),

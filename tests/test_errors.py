@@ -138,7 +138,7 @@ def _op_cases():
         return lambda x, r, c, kw: (x, r, c, {**kw, **upd})
 
     cases = [
-        ("rank3", with_x(lambda x: x[0]), ValueError, r"x must be \[B, H, W, D\], got 3 dimensions"),
+        ("rank3", with_x(lambda x: x[0]), ValueError, r"x must be 4-D \[B, H, W, D\], got shape \[3, 5, 64\]"),
         ("rank5", with_x(lambda x: x[None]), ValueError, "x must be"),
         ("D_mismatch", with_x(lambda x: torch.empty(2, 3, 5, 2 * D, device="meta", dtype=x.dtype)), ValueError,
          r"expected \[128\] for D = 128"),
@@ -151,8 +151,8 @@ def _op_cases():
         ("x_dtype_vs_weights", with_x(lambda x: x.float()), TypeError, "must share one dtype"),
         ("x_meta_weights_cpu", weight(0, lambda t: torch.zeros(t.shape, dtype=t.dtype)), ValueError,
          "norm_weight is on cpu but x is on meta"),
-        ("H_zero", with_x(lambda x: x[:, :0]), ValueError, "H and W must be at least 1"),
-        ("W_zero", with_x(lambda x: x[:, :, :0]), ValueError, "H and W must be at least 1"),
+        ("H_zero", with_x(lambda x: x[:, :0]), ValueError, "H, W and D must be at least 1"),
+        ("W_zero", with_x(lambda x: x[:, :, :0]), ValueError, "H, W and D must be at least 1"),
         ("length_above_2_24", with_x(lambda x: torch.empty(1, 2 ** 24 + 1, 1, D, device="meta", dtype=x.dtype)),
          ValueError, "too large"),
         ("H_times_W_2_31", with_x(lambda x: torch.empty(1, 2 ** 16, 2 ** 15, D, device="meta", dtype=x.dtype)),

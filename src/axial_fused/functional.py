@@ -9,7 +9,6 @@ included) after a one-time warning, or ``strict=True`` raises :class:`FusedUnava
 """
 from __future__ import annotations
 
-import math
 import os
 import sys
 import warnings
@@ -18,7 +17,10 @@ from typing import NamedTuple
 import torch
 
 from . import _ext
-from ._ops import DTYPE_NAMES, PAIR_BIAS_MAX_C, PAIR_BIAS_MAX_HEADS, call_checked
+from ._checks import (DTYPE_NAMES, check_axial_weights, check_axis, check_bias, check_bias_weight, check_eps,
+                      check_has_num_heads, check_heads, check_heads_given, check_mask, check_module, check_pass,
+                      check_pass_tuple, check_passes_agree, check_residual, check_state_dict, check_x, kernel_dtype)
+from ._ops import call_checked
 from .reference import reference_pass
 
 __all__ = ["PassWeights", "AxialWeights", "axial_attention", "axial_pass", "fallback_reason", "supported_configs",
@@ -31,11 +33,6 @@ class FusedUnavailableError(RuntimeError):
 
 class FusedFallbackWarning(UserWarning):
     """Warned once per reason when a call falls back to the PyTorch reference."""
-
-
-_FIELDS = ("norm_weight", "norm_bias", "qkv_weight", "out_weight", "out_bias", "qkv_bias", "gate_weight", "gate_bias",
-           "bias_weight")
-_REQUIRED = 5  # the first five; the rest may be None
 
 
 class PassWeights(NamedTuple):
@@ -58,43 +55,8 @@ def _as_pass(pw, name: str) -> PassWeights:
     """pw as a PassWeights (a tuple or list of 5 to 9 tensors is accepted); TypeError otherwise."""
     if isinstance(pw, PassWeights):
         return pw
-    if isinstance(pw, (tuple, list)) and _REQUIRED <= len(pw) <= len(_FIELDS):
-        return PassWeights(*pw)
-    raise TypeError(f"{name} must be a PassWeights (or a tuple of its 5 to 9 fields), got {type(pw).__name__}")
-
-
-def _check_pass(pw, name: str, dim: int | None = None) -> int:
-    """Validate one PassWeights; return D. Runs on every call: one loop, attribute reads only, the
-    messages built only for a failure."""
-    pw = _as_pass(pw, name)
-    for i, (field, t) in enumerate(zip(_FIELDS, pw)):
-        if not isinstance(t, torch.Tensor) and (i < _REQUIRED or t is not None):
-            raise TypeError(f"{name}.{field} must be a torch.Tensor{'' if i < _REQUIRED else ' or None'}, "
-                            f"got {type(t).__name__}")
-    if pw.gate_bias is not None and pw.gate_weight is None:
-        raise ValueError(f"{name}.gate_bias was given without {name}.gate_weight; the gate needs its weight [D, D]")
-    ref = pw.norm_weight
-    if dim is None:
-        if ref.dim() != 1:
-            raise ValueError(f"{name}.norm_weight must be 1-D [D], got shape {tuple(ref.shape)}")
-        dim = ref.shape[0]
-    vec, square = (dim,), (dim, dim)
-    dtype, device = ref.dtype, ref.device
-    heads = pw.bias_weight.shape[0] if pw.bias_weight is not None and pw.bias_weight.dim() == 2 else -1
-    for field, t, shape in zip(_FIELDS, pw, (vec, vec, (3 * dim, dim), square, vec, (3 * dim,), square, vec,
-                                             (heads, dim))):
-        if t is None:
-            continue
-        if t.shape != shape:
-            expected = "[heads, D]" if field == "bias_weight" else shape
-            raise ValueError(f"{name}.{field} has shape {tuple(t.shape)}, expected {expected} for D = {dim}")
-        if t.dtype != dtype:
-            raise TypeError(f"{name}.{field} is {t.dtype} but {name}.norm_weight is {dtype}: "
-                            f"all weights must share one dtype")
-        if t.device != device:
-            raise ValueError(f"{name}.{field} is on {t.device} but {name}.norm_weight is on {device}: "
-                             f"all weights must be on one device")
-    return dim
+    check_pass_tuple(pw, name)
+    return PassWeights(*pw)
 
 
 class AxialWeights(NamedTuple):
@@ -107,27 +69,20 @@ class AxialWeights(NamedTuple):
     @classmethod
     def create(cls, row, col, num_heads: int, eps: float = 1e-5) -> "AxialWeights":
         """Validated construction (shapes, dtypes, devices, num_heads)."""
-        row, col = PassWeights(*row), PassWeights(*col)
-        dim = _check_pass(row, "row")
-        _check_pass(col, "col", dim)
-        if row.norm_weight.dtype != col.norm_weight.dtype:
-            raise TypeError(f"row weights are {row.norm_weight.dtype} but column weights are {col.norm_weight.dtype}: "
-                            f"all weights must share one dtype")
-        if row.norm_weight.device != col.norm_weight.device:
-            raise ValueError(f"row weights are on {row.norm_weight.device} but column weights are on "
-                             f"{col.norm_weight.device}: all weights must be on one device")
-        _check_heads(num_heads, dim)
-        _check_eps(eps)
+        row, col = _as_pass(row, "row"), _as_pass(col, "col")
+        dim = check_pass(row, "row")
+        check_pass(col, "col", dim)
+        check_passes_agree(row, col)
+        check_heads(num_heads, dim)
+        check_eps(eps)
         return cls(row, col, int(num_heads), float(eps))
 
     @classmethod
     def from_module(cls, m: torch.nn.Module) -> "AxialWeights":
         """From :class:`axial_fused.AxialAttention`, the reference model, or any module with parameters
         ``row_norm``/``row_qkv``/``row_out``/``col_*`` (nn.LayerNorm / nn.Linear) and ``num_heads``."""
-        if not isinstance(m, torch.nn.Module):
-            raise TypeError(f"from_module expects an nn.Module, got {type(m).__name__}")
-        if not hasattr(m, "num_heads"):
-            raise ValueError(f"{type(m).__name__} has no num_heads attribute")
+        check_module(m, "from_module")
+        check_has_num_heads(m)
         try:
             passes = [PassWeights(getattr(m, f"{p}_norm").weight, getattr(m, f"{p}_norm").bias,
                                   getattr(m, f"{p}_qkv").weight, getattr(m, f"{p}_out").weight,
@@ -150,43 +105,9 @@ class AxialWeights(NamedTuple):
             if k.endswith("row_norm.weight"):
                 prefix = k[: -len("row_norm.weight")]
                 break
-        missing = [prefix + n for n in names if prefix + n not in sd]
-        if missing:
-            raise ValueError(f"state_dict lacks {missing}; expected the reference model's keys {names}")
+        check_state_dict(sd, names, prefix)
         t = [sd[prefix + n] for n in names]
         return cls.create(PassWeights(*t[:5]), PassWeights(*t[5:]), num_heads, eps)
-
-
-def _check_heads(num_heads, dim: int) -> None:
-    if isinstance(num_heads, bool) or not isinstance(num_heads, int):
-        raise TypeError(f"num_heads must be an int, got {type(num_heads).__name__}")
-    if num_heads <= 0 or dim % num_heads:
-        raise ValueError(f"D = {dim} is not divisible by num_heads = {num_heads}")
-
-
-def _check_eps(eps) -> None:
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)):
-        raise TypeError(f"eps must be a float, got {type(eps).__name__}")
-    if not (math.isfinite(eps) and eps > 0):
-        raise ValueError(f"eps must be a positive finite number, got {eps!r}")
-
-
-def _check_x(x, dim: int, wref: torch.Tensor) -> None:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
-    if x.dim() != 4:
-        raise ValueError(f"x must be 4-D [B, H, W, D], got shape {tuple(x.shape)}")
-    if x.shape[3] != dim:
-        raise ValueError(f"x has D = {x.shape[3]} (shape {tuple(x.shape)}) but the weights have D = {dim}")
-    if not (x.is_floating_point()):
-        raise TypeError(f"x is {x.dtype}; supported: float32, float16, bfloat16 (fused) and float64 (reference)")
-    if x.dtype != wref.dtype and not _autocasting(x, wref):
-        raise TypeError(f"x is {x.dtype} but the weights are {wref.dtype}; convert one, e.g. weights .to({x.dtype})")
-    if x.device != wref.device:
-        raise ValueError(f"x is on {x.device} but the weights are on {wref.device}; move them to one device")
-    if x.shape[1] == 0 or x.shape[2] == 0 or x.shape[3] == 0:
-        # A sequence of length 0 has no softmax; an error, not an empty result (docs/errors.md).
-        raise ValueError(f"x has shape {tuple(x.shape)}: H, W and D must be at least 1 (B may be 0)")
 
 
 # ---- the path decision --------------------------------------------------------------------------
@@ -196,21 +117,6 @@ def _check_x(x, dim: int, wref: torch.Tensor) -> None:
 # layout its kernels cannot read (csrc/ops.cpp), since data_ptr() cannot be read while tracing.
 
 _device_reason_cache: dict[tuple, str | None] = {}
-
-
-def _autocasting(x: torch.Tensor, wref: torch.Tensor) -> bool:
-    """Whether autocast will cast x and the weights to one dtype (so they may differ), as it does for
-    nn.Linear: autocast on for x's device type and both in float32/float16/bfloat16."""
-    return (x.device.type in ("cuda", "cpu") and torch.is_autocast_enabled(x.device.type)
-            and x.dtype in DTYPE_NAMES and wref.dtype in DTYPE_NAMES)
-
-
-def _kernel_dtype(x: torch.Tensor) -> torch.dtype:
-    """The dtype the kernel runs in: x's, or under torch.autocast("cuda") the autocast dtype (the op's
-    AutocastCUDA kernel casts x and the weights to it)."""
-    if x.dtype in DTYPE_NAMES and torch.is_autocast_enabled("cuda"):
-        return torch.get_autocast_dtype("cuda")
-    return x.dtype
 
 
 @torch.compiler.assume_constant_result
@@ -250,15 +156,13 @@ def fallback_reason(x: torch.Tensor, weights, *, num_heads: int | None = None,
         passes, heads = [weights.row, weights.col], weights.num_heads
     else:
         passes = [_as_pass(weights, "weights")]
-        if num_heads is None:
-            raise TypeError("fallback_reason: num_heads is required when weights is a PassWeights "
-                            "(the compiled kernels are chosen by (dtype, dim, heads))")
+        check_heads_given(num_heads)
         heads = num_heads
-    if axis is not None and axis not in ("row", "col"):
-        raise ValueError(f"axis must be 'row' or 'col', got {axis!r}")
-    dim = _check_pass(passes[0], "weights")
-    _check_heads(heads, dim)
-    _check_x(x, dim, passes[0].norm_weight)
+    if axis is not None:
+        check_axis(axis)
+    dim = check_pass(passes[0], "weights")
+    check_heads(heads, dim)
+    check_x(x, dim, passes[0].norm_weight)
     return _reason(x, passes, dim, heads)
 
 
@@ -268,7 +172,7 @@ def _reason(x: torch.Tensor, passes, dim: int, num_heads: int, biases=()) -> str
         return f"the CUDA extension axial_fused._C is not available ({_ext.error})"
     if not x.is_cuda:
         return f"x is on {x.device}; the fused kernels run on CUDA devices"
-    dtype = DTYPE_NAMES.get(_kernel_dtype(x))
+    dtype = DTYPE_NAMES.get(kernel_dtype(x))
     if dtype is None:
         return f"x is {x.dtype}; the fused path supports float32, float16 and bfloat16"
     if torch.is_grad_enabled() and (x.requires_grad or any(t is not None and t.requires_grad
@@ -318,99 +222,25 @@ def _warn_once(reason: str) -> bool:
     return True
 
 
-# ---- the per-call inputs: the key mask and the logit bias -----------------------------------------
-
-_MASK_DTYPES = (torch.bool, torch.uint8)
-
-
-def _check_mask(mask, x: torch.Tensor) -> None:
-    """mask: None, or [B, H, W] bool / 0-1 (uint8 or floating) on x's device; true / 1: the token is present."""
-    if mask is None:
-        return
-    if not isinstance(mask, torch.Tensor):
-        raise TypeError(f"mask must be a torch.Tensor or None, got {type(mask).__name__}")
-    B, H, W = x.shape[:3]
-    if mask.shape != (B, H, W):
-        raise ValueError(f"mask has shape {tuple(mask.shape)}, expected [B, H, W] = {[B, H, W]} "
-                         f"(x of shape {tuple(x.shape)})")
-    if mask.dtype not in _MASK_DTYPES and not mask.is_floating_point():
-        raise TypeError(f"mask is {mask.dtype}; supported: bool, or 0/1 in uint8 or a floating dtype "
-                        f"(true / 1: the token is present)")
-    if mask.device != x.device:
-        raise ValueError(f"mask is on {mask.device} but x is on {x.device}")
-
-
-def _check_bias(bias, x: torch.Tensor, num_heads: int, axis: str, name: str) -> None:
-    """bias: None, or the logit bias of a pass: [1 or B, heads, L, L] (L = W for rows, H for columns),
-    float32 or x's dtype, on x's device, any strides."""
-    if bias is None:
-        return
-    if not isinstance(bias, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor or None, got {type(bias).__name__}")
-    B = x.shape[0]
-    L, len_name = (x.shape[2], "W") if axis == "row" else (x.shape[1], "H")
-    if bias.dim() != 4:
-        raise ValueError(f"{name} must be [B or 1, heads, {len_name}, {len_name}] = [{B} or 1, {num_heads}, {L}, {L}], "
-                         f"got shape {tuple(bias.shape)}")
-    if bias.shape[0] not in (1, B):
-        raise ValueError(f"{name} has batch dimension {bias.shape[0]}, which does not broadcast to x's batch {B} "
-                         f"(expected 1 or {B})")
-    if bias.shape[1] != num_heads:
-        raise ValueError(f"{name} has {bias.shape[1]} heads (shape {tuple(bias.shape)}), expected num_heads = {num_heads}")
-    if bias.shape[2] != L or bias.shape[3] != L:
-        raise ValueError(f"{name} has shape {tuple(bias.shape)} but the {'row' if axis == 'row' else 'column'} pass "
-                         f"has sequences of {len_name} = {L} tokens: expected [.., {L}, {L}]")
-    if bias.dtype not in (torch.float32, x.dtype, _kernel_dtype(x)):
-        raise TypeError(f"{name} is {bias.dtype}; supported: float32 or x's dtype ({x.dtype})")
-    if bias.device != x.device:
-        raise ValueError(f"{name} is on {bias.device} but x is on {x.device}")
-
-
-def _check_bias_weight(pw: PassWeights, x: torch.Tensor, num_heads: int, bias, name: str, bias_name: str) -> None:
-    """A pass's bias_weight: [num_heads, D], on a square grid, without a bias beside it, within the
-    pair-bias kernel's limits (the paths where K1 does not compute it use that kernel)."""
-    bw = pw.bias_weight
-    if bw is None:
-        return
-    if bw.shape[0] != num_heads:
-        raise ValueError(f"{name}.bias_weight has shape {tuple(bw.shape)}, expected [num_heads, D] = "
-                         f"[{num_heads}, {x.shape[3]}]")
-    if num_heads > PAIR_BIAS_MAX_HEADS or x.shape[3] > PAIR_BIAS_MAX_C:
-        raise ValueError(f"{name}.bias_weight supports up to {PAIR_BIAS_MAX_HEADS} heads and {PAIR_BIAS_MAX_C} "
-                         f"channels, got {num_heads} heads and D = {x.shape[3]}; compute the bias in PyTorch "
-                         f"and pass it as {bias_name}")
-    if x.shape[1] != x.shape[2]:
-        raise ValueError(f"{name}.bias_weight needs a square grid (H == W: the bias of query i, key j comes from "
-                         f"token (i, j)), got x of shape {tuple(x.shape)}")
-    if bias is not None:
-        raise ValueError(f"{bias_name} and {name}.bias_weight were both given; give one (add a fixed bias to the "
-                         f"computed one in PyTorch and pass the sum as {bias_name})")
-
-
-def _check_residual(residual) -> None:
-    if not isinstance(residual, bool):
-        raise TypeError(f"residual must be a bool, got {type(residual).__name__}")
-
-
 # ---- the calls ----------------------------------------------------------------------------------
 
 def _attention(x, row: PassWeights, col: PassWeights, num_heads: int, eps: float, strict: bool, mask=None,
                row_bias=None, col_bias=None, residual: bool = True) -> torch.Tensor:
-    dim = _check_pass(row, "row")
-    _check_pass(col, "col", dim)
-    _check_heads(num_heads, dim)
-    _check_eps(eps)
-    _check_x(x, dim, row.norm_weight)
-    if col.norm_weight.dtype != x.dtype or col.norm_weight.device != x.device:
-        _check_x(x, dim, col.norm_weight)
-    if mask is not None or row_bias is not None or col_bias is not None or residual is not True:
-        _check_mask(mask, x)
-        _check_bias(row_bias, x, num_heads, "row", "row_bias")
-        _check_bias(col_bias, x, num_heads, "col", "col_bias")
-        _check_residual(residual)
     row, col = _as_pass(row, "row"), _as_pass(col, "col")
-    _check_bias_weight(row, x, num_heads, row_bias, "row", "row_bias")
-    _check_bias_weight(col, x, num_heads, col_bias, "col", "col_bias")
+    dim = check_pass(row, "row")
+    check_pass(col, "col", dim)
+    check_heads(num_heads, dim)
+    check_eps(eps)
+    check_x(x, dim, row.norm_weight)
+    if col.norm_weight.dtype != x.dtype or col.norm_weight.device != x.device:
+        check_x(x, dim, col.norm_weight)
+    if mask is not None or row_bias is not None or col_bias is not None or residual is not True:
+        check_mask(mask, x)
+        check_bias(row_bias, x, num_heads, 0, "row_bias", autocast=True)
+        check_bias(col_bias, x, num_heads, 1, "col_bias", autocast=True)
+        check_residual(residual)
+    check_bias_weight(row.bias_weight, x, num_heads, row_bias, "row.bias_weight", "row_bias")
+    check_bias_weight(col.bias_weight, x, num_heads, col_bias, "col.bias_weight", "col_bias")
     reason = _reason(x, (row, col), dim, num_heads, (row_bias, col_bias))
     if reason is None:
         if x.shape[0] == 0:
@@ -431,9 +261,7 @@ def axial_attention(x: torch.Tensor, weights: AxialWeights, *, mask: torch.Tenso
     ``[1 or B, heads, W, W]`` and ``col_bias`` ``[1 or B, heads, H, H]`` are added to the passes'
     scaled logits; ``residual=False``: each pass returns its update alone (the column pass then reads
     the row pass's update). docs/usage.md has the details."""
-    if not isinstance(weights, AxialWeights):
-        raise TypeError(f"weights must be an axial_fused.AxialWeights (see AxialWeights.from_module / "
-                        f"from_state_dict), got {type(weights).__name__}")
+    check_axial_weights(weights, AxialWeights)
     return _attention(x, weights.row, weights.col, weights.num_heads, weights.eps, strict, mask, row_bias, col_bias,
                       residual)
 
@@ -445,25 +273,24 @@ def axial_pass(x: torch.Tensor, pass_weights: PassWeights, *, num_heads: int, ax
     optional q/k/v bias, sigmoid gate and computed logit bias (``PassWeights``), key ``mask``
     ``[B, H, W]``, logit ``bias`` ``[1 or B, heads, L, L]``; ``residual=False`` returns
     ``OutProj(...)`` alone."""
-    if axis not in ("row", "col"):
-        raise ValueError(f"axis must be 'row' or 'col', got {axis!r}")
+    check_axis(axis)
     pw = _as_pass(pass_weights, "pass_weights")
-    dim = _check_pass(pw, "pass_weights")
-    _check_heads(num_heads, dim)
+    dim = check_pass(pw, "pass_weights")
+    check_heads(num_heads, dim)
     return _run_pass(x, pw, dim, num_heads, axis, eps, mask, bias, residual, strict)
 
 
 def _run_pass(x, pw: PassWeights, dim: int, num_heads: int, axis: str, eps: float, mask, bias, residual: bool,
               strict: bool) -> torch.Tensor:
-    """axial_pass once its weights are checked (_check_pass and _check_heads passed for dim and
+    """axial_pass once its weights are checked (check_pass and check_heads passed for dim and
     num_heads; the protein modules check their cached weights once): the per-call checks and the call."""
-    _check_eps(eps)
-    _check_x(x, dim, pw.norm_weight)
+    check_eps(eps)
+    check_x(x, dim, pw.norm_weight)
     if mask is not None or bias is not None or residual is not True:
-        _check_mask(mask, x)
-        _check_bias(bias, x, num_heads, axis, "bias")
-        _check_residual(residual)
-    _check_bias_weight(pw, x, num_heads, bias, "pass_weights", "bias")
+        check_mask(mask, x)
+        check_bias(bias, x, num_heads, 0 if axis == "row" else 1, "bias", autocast=True)
+        check_residual(residual)
+    check_bias_weight(pw.bias_weight, x, num_heads, bias, "pass_weights.bias_weight", "bias")
     reason = _reason(x, (pw,), dim, num_heads, (bias,))
     if reason is None:
         if x.shape[0] == 0:

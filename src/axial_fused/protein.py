@@ -32,9 +32,10 @@ from torch import nn
 import torch.nn.functional as F
 
 from . import _ext
-from ._ops import DTYPE_NAMES, PAIR_BIAS_MAX_C, PAIR_BIAS_MAX_HEADS, call_checked
-from .functional import (PassWeights, _arch_reason, _check_heads, _check_pass, _check_residual, _run_pass, _warn_once,
-                         axial_pass)
+from ._checks import (DTYPE_NAMES, PAIR_BIAS_MAX_C, PAIR_BIAS_MAX_HEADS, check_channels_last, check_heads,
+                      check_input_mask, check_module, check_pair, check_pass, check_residual, check_square)
+from ._ops import call_checked
+from .functional import PassWeights, _arch_reason, _run_pass, _warn_once, axial_pass
 from .reference import replace_absent
 
 __all__ = ["MSAAttention", "MSARowAttentionWithPairBias", "MSAColumnAttention", "TriangleAttention",
@@ -106,7 +107,7 @@ class Attention(nn.Module):
     def pass_weights(self, norm: nn.LayerNorm, tri: nn.Linear | None = None) -> tuple[PassWeights, int | None]:
         """The fused pass's weights with ``norm`` as its LayerNorm (and ``tri``'s weight as the
         triangle bias's, PassWeights.bias_weight), and their D where they have been checked
-        (functional._check_pass and _check_heads; None: not checked). W = [W_q; W_k; W_v; W_g] is the
+        (_checks.check_pass and check_heads; None: not checked). W = [W_q; W_k; W_v; W_g] is the
         shared tensor itself (no copy) where the parameters are its views and neither gradients nor
         torch.compile's tracing need differentiable, traceable ops; otherwise it is stacked by a
         copy; b_g goes as the gate's bias alone. The shared form is built and checked once, then
@@ -126,8 +127,8 @@ class Attention(nn.Module):
         pw = PassWeights(nw, nb, W[:rows], wo, bo, gate_weight=W[rows:], gate_bias=bg, bias_weight=bw)
         if not shared:
             return pw, None
-        dim = _check_pass(pw, "pass_weights")
-        _check_heads(self.no_heads, dim)
+        dim = check_pass(pw, "pass_weights")
+        check_heads(self.no_heads, dim)
         self._cached = (ps, pw, dim)
         return pw, dim
 
@@ -152,23 +153,13 @@ def _reshare(module: Attention, incompatible_keys) -> None:
         module._share()
 
 
-def _check_input(name: str, t, last: int, what: str) -> None:
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor {what}, got {type(t).__name__}")
-    if t.dim() < 3 or t.shape[-1] != last:
-        raise ValueError(f"{name} has shape {tuple(t.shape)}, expected {what} with the last dimension {last}")
-
-
-def _check_mask(mask, x: torch.Tensor, what: str):
-    """The mask as the pass takes it: OpenFold's modules take a 0/1 mask of any real dtype, the
-    kernels bool, uint8 or floating ones, so other integer masks become `mask != 0`."""
+def _pass_mask(mask, x: torch.Tensor, what: str):
+    """The mask (checked: x's shape less its channels, `what`) as the pass takes it: OpenFold's modules
+    take a 0/1 mask of any real dtype, the kernels bool, uint8 or floating ones, so other integer
+    masks become `mask != 0`."""
+    check_input_mask(mask, x, what)
     if mask is None:
         return None
-    if not isinstance(mask, torch.Tensor):
-        raise TypeError(f"mask must be a torch.Tensor {what} or None, got {type(mask).__name__}")
-    if tuple(mask.shape) != tuple(x.shape[:-1]):
-        raise ValueError(f"mask has shape {tuple(mask.shape)}, expected {what} = {tuple(x.shape[:-1])} "
-                         f"(the input's shape without its channels)")
     if not (mask.is_floating_point() or mask.is_complex() or mask.dtype in (torch.bool, torch.uint8)):
         return mask != 0
     return mask
@@ -290,16 +281,13 @@ class MSAAttention(nn.Module):
                 use_lma=False, use_flash=False, inplace_safe=False, _chunk_logits=None,
                 _checkpoint_chunks=None, *, residual: bool = False) -> torch.Tensor:
         # (chunking, the kernel choices and in-place flags are OpenFold's; the fused pass needs none)
-        _check_input("m", m, self.c_in, "[*, N_seq, N_res, c_m]")
-        _check_residual(residual)
-        mask = _check_mask(mask, m, "[*, N_seq, N_res]")
+        check_channels_last(m, "m", self.c_in, "[*, N_seq, N_res, c_m]")
+        check_residual(residual)
+        mask = _pass_mask(mask, m, "[*, N_seq, N_res]")
         bias = None
         if self.pair_bias and z is not None:
-            _check_input("z", z, self.c_z, "[*, N_res, N_res, c_z]")
-            n_res = m.shape[-2]
-            if tuple(z.shape[-3:-1]) != (n_res, n_res) or z.shape[:-3] != m.shape[:-3]:
-                raise ValueError(f"z has shape {tuple(z.shape)}, expected [*, N_res, N_res, c_z] = "
-                                 f"{(*m.shape[:-3], n_res, n_res, self.c_z)} for m of shape {tuple(m.shape)}")
+            check_channels_last(z, "z", self.c_z, "[*, N_res, N_res, c_z]")
+            check_pair(z, m, self.c_z)
             bias = _pair_bias(z, self.layer_norm_z, self.linear_z)  # [*, heads, N_res, N_res]
         return _update(m, self.layer_norm_m, self.mha, "row", mask, bias, residual=residual)
 
@@ -325,9 +313,9 @@ class MSAColumnAttention(nn.Module):
     def forward(self, m: torch.Tensor, mask: torch.Tensor | None = None, chunk_size=None,
                 use_deepspeed_evo_attention=False, use_lma=False, use_flash=False, *,
                 residual: bool = False) -> torch.Tensor:
-        _check_input("m", m, self.c_m, "[*, N_seq, N_res, c_m]")
-        _check_residual(residual)
-        mask = _check_mask(mask, m, "[*, N_seq, N_res]")
+        check_channels_last(m, "m", self.c_m, "[*, N_seq, N_res, c_m]")
+        check_residual(residual)
+        mask = _pass_mask(mask, m, "[*, N_seq, N_res]")
         return _update(m, self._msa_att.layer_norm_m, self._msa_att.mha, "col", mask, None, residual=residual)
 
 
@@ -337,12 +325,10 @@ def _triangle_update(mod: nn.Module, x: torch.Tensor, mask, residual: bool = Fal
     its layer_norm, linear (the triangle bias) and mha over x [*, I, J, c_in]. The triangle bias
     linear(LN(x)) comes from the pass's own LayerNorm output: starting node, bias[h, q, k] from
     x[q, k]; ending node (the transposed frame), from x[k, q]."""
-    _check_input("x", x, mod.c_in, "[*, I, J, c_in]")
-    _check_residual(residual)
-    mask = _check_mask(mask, x, "[*, I, J]")
-    if x.shape[-3] != x.shape[-2]:
-        raise ValueError(f"x has shape {tuple(x.shape)}: the triangle bias needs a square pair "
-                         f"representation [*, N_res, N_res, c_in]")
+    check_channels_last(x, "x", mod.c_in, "[*, I, J, c_in]")
+    check_residual(residual)
+    mask = _pass_mask(mask, x, "[*, I, J]")
+    check_square(x)
     return _update(x, mod.layer_norm, mod.mha, "row" if mod.starting else "col", mask, None, tri=mod.linear,
                    residual=residual)
 
@@ -442,8 +428,7 @@ def patch_esm(model: nn.Module) -> nn.Module:
     compute attention weights (``need_head_weights`` / ``return_contacts`` need the unpatched model);
     in training with dropout, given an attention mask or an empty MSA, a block runs its original
     forward."""
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"patch_esm expects an nn.Module (a fair-esm MSATransformer), got {type(model).__name__}")
+    check_module(model, "patch_esm", "(a fair-esm MSATransformer)")
     try:
         from esm.axial_attention import ColumnSelfAttention
         from esm.modules import NormalizedResidualBlock
@@ -489,9 +474,7 @@ def patch_boltz(model: nn.Module) -> nn.Module:
     ignored). The key mask is replaced as in this module's TriangleAttention (a query with no key
     present attends uniformly; Boltz adds ``inf * (mask - 1)``). A module without the gate or whose
     ``c_hidden * no_heads`` differs from its channels runs its original forward."""
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"patch_boltz expects an nn.Module (a Boltz model or one of its layers), "
-                        f"got {type(model).__name__}")
+    check_module(model, "patch_boltz", "(a Boltz model or one of its layers)")
     try:
         from boltz.model.layers.triangular_attention.attention import TriangleAttention as BoltzTriangleAttention
     except ImportError as e:
