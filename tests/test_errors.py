@@ -1,7 +1,8 @@
 """Bad input (CPU, in CI): the rows of docs/errors.md that need no GPU, through the Python API and
 through the registered operator on meta tensors (its shape-only kernel runs the same shape, dtype and
 device checks as the CUDA kernel). tests/test_api.py holds the first error tests; this file extends
-them, and checks that the table and the tests stay in step."""
+them, checks that the operators' Python messages are the CUDA kernel's (csrc/ops.cpp), and that the
+table and the tests stay in step."""
 from __future__ import annotations
 
 import math
@@ -218,6 +219,183 @@ def test_op_checks_under_fake_tensors():
     with dynamic:
         y = torch.ops.axial_fused.axial_pass(sx, *sws, HEADS, 1, 1e-5)
     assert y.dim() == 4 and not isinstance(y.shape[0], int)  # symbolic: shape passed through unchecked
+
+
+# ---- the operators' messages: the Python checks against the CUDA kernel's --------------------------
+# The CUDA kernel (csrc/ops.cpp) and the operators' Python kernels (axial_fused/_checks.py) make the same
+# checks with the same messages; no CUDA kernel runs here, so its messages are read from its source.
+
+OPS_CPP = os.path.join(ROOT, "csrc", "ops.cpp")
+# STD_TORCH_CHECK messages of ops.cpp that report a CUDA error, not a bad argument.
+NOT_ARGUMENT_CHECKS = ("kernel launch failed",)
+
+
+def _cpp_arguments(src: str, start: int) -> tuple[list[str], int]:
+    """The top-level arguments of the call whose "(" is at src[start], and the index past its ")"."""
+    args, depth, i, arg_start = [], 0, start, start + 1
+    while True:
+        ch = src[i]
+        if ch in "\"'":  # a string or character literal, escapes and all
+            j = i + 1
+            while src[j] != ch:
+                j += 2 if src[j] == "\\" else 1
+            i = j
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+            if depth == 0:
+                args.append(src[arg_start:i].strip())
+                return args, i + 1
+        elif ch == "," and depth == 1:
+            args.append(src[arg_start:i].strip())
+            arg_start = i + 1
+        i += 1
+
+
+LITERALS = re.compile(r'\s*(?:"(?:[^"\\]|\\.)*"\s*)+')
+
+
+def cpp_templates(path: str = None) -> dict[str, re.Pattern]:
+    """Each argument check's message in ops.cpp (STD_TORCH_CHECK(condition, part, ...)) as a pattern:
+    its string literals as they are, every other part (a value: a name, a shape, a dtype) as `.*?`;
+    keyed by its text with each value as `{}`."""
+    with open(path or OPS_CPP) as f:
+        src = re.sub(r"//[^\n]*", "", f.read())
+    templates = {}
+    for m in re.finditer(r"\bSTD_TORCH_CHECK\s*\(", src):
+        args, _ = _cpp_arguments(src, m.end() - 1)
+        text, pattern = "", ""
+        for part in args[1:]:
+            if LITERALS.fullmatch(part):
+                lit = "".join(bytes(s, "utf-8").decode("unicode_escape") for s in re.findall(r'"((?:[^"\\]|\\.)*)"', part))
+                text, pattern = text + lit, pattern + re.escape(lit)
+            else:
+                text, pattern = text + "{}", pattern + ".*?"
+        if not any(n in text for n in NOT_ARGUMENT_CHECKS):
+            templates[text] = re.compile(pattern, re.S)
+    return templates
+
+
+def _op_message_cases():
+    """{docs/errors.md row (None: a check the table has no row for): [(call, exception)]}: `call` makes
+    the operators' Python kernels raise one of their messages: the registered operators on meta
+    tensors (their fake kernels), or _checks' operator checks where only the CUDA kernel checks."""
+    from axial_fused import _checks
+
+    op = torch.ops.axial_fused
+    e = lambda *s, dtype=torch.bfloat16, device="meta": torch.empty(*s, device=device, dtype=dtype)
+    x = e(2, 3, 5, D)
+    sq = e(2, 3, 3, D)
+    shapes = [(D,), (D,), (3 * D, D), (D, D), (D,)]
+    ws = [e(*s) for s in shapes]
+
+    def with_row(i, t):
+        return [t if j == i else w for j, w in enumerate(ws)]
+
+    def attention(xx=x, row=ws, col=ws, heads=HEADS, eps=1e-5, **kw):
+        return lambda: op.axial_attention(xx, *row, *col, heads, eps, **kw)
+
+    def pass_(xx=x, w=ws, heads=HEADS, axis=0, eps=1e-5, **kw):
+        return lambda: op.axial_pass(xx, *w, heads, axis, eps, **kw)
+
+    wide = 1088  # past bias_weight's 1024 channels
+    ws_wide = [e(*s) for s in [(wide,), (wide,), (3 * wide, wide), (wide, wide), (wide,)]]
+    pb = dict(x=e(1, 3, 5, 16, dtype=torch.float32), norm_weight=e(16, dtype=torch.float32),
+              norm_bias=e(16, dtype=torch.float32), weight=e(4, 16, dtype=torch.float32), eps=1e-5)
+
+    def pair_bias(**kw):
+        return lambda: op.pair_bias(**{**pb, **kw})
+
+    V, T = ValueError, TypeError
+    return {
+        2: [(pass_(xx=x[0]), V), (attention(xx=x[None]), V)],
+        3: [(attention(xx=e(2, 3, 5, 2 * D)), V)],
+        4: [(pass_(heads=5), V), (attention(heads=0), V)],
+        6: [(pass_(eps=0.0), V), (attention(eps=math.nan), V), (pass_(eps=-math.inf), V)],
+        7: [(attention(row=with_row(2, e(D, 3 * D))), V), (pass_(w=with_row(3, e(D, D + 1))), V)],
+        8: [(attention(col=with_row(4, None)), V), (pass_(w=with_row(0, None)), V)],
+        10: [(attention(col=with_row(2, e(3 * D, D, dtype=torch.float16))), T)],
+        11: [(attention(row=with_row(1, e(D, device="cpu"))), V)],
+        12: [(pass_(xx=e(2, 3, 5, D, dtype=torch.float32)), T)],
+        13: [(pass_(xx=e(2, 3, 5, D, dtype=torch.int32)), T), (attention(xx=e(2, 3, 5, D, dtype=torch.bool)), T)],
+        14: [(pass_(xx=e(2, 3, 5, D, dtype=torch.float64), w=[e(*s, dtype=torch.float64) for s in shapes]), T)],
+        15: [(pass_(w=[e(*s, device="cpu") for s in shapes]), V)],
+        22: [(pass_(xx=x[:, :0]), V), (attention(xx=x[:, :, :0]), V),
+             (pass_(xx=e(1, 2, 2, 0), w=[e(*s) for s in [(0,), (0,), (0, 0), (0, 0), (0,)]]), V)],
+        25: [(pass_(xx=e(1, 2 ** 16, 2 ** 15, D)), V), (attention(xx=e(1, 2 ** 24 + 1, 1, D)), V)],
+        26: [(pass_(axis=2), V), (pass_(axis=-1), V)],
+        29: [(lambda: _checks.check_spec(x, 3, frozenset()), V)],
+        31: [(pass_(mask=e(2, 5, 3, dtype=torch.bool)), V), (attention(mask=e(3, 5, dtype=torch.bool)), V)],
+        32: [(pass_(mask=e(2, 3, 5, dtype=torch.int32)), T), (attention(mask=e(2, 3, 5, dtype=torch.complex64)), T)],
+        33: [(pass_(mask=e(2, 3, 5, dtype=torch.bool, device="cpu")), V)],
+        34: [(pass_(bias=e(4, 5, 5)), V), (attention(row_bias=e(1, 3, 5, 5)), V),
+             (attention(col_bias=e(1, 4, 5, 5)), V), (pass_(axis=1, bias=e(1, 4, 5, 5)), V)],
+        35: [(attention(row_bias=e(3, 4, 5, 5)), V)],
+        36: [(pass_(bias=e(1, 4, 5, 5, dtype=torch.float16)), T), (attention(col_bias=e(1, 4, 3, 3, device="cpu")), V)],
+        37: [(attention(row_qkv_bias=e(D)), V), (attention(col_gate_weight=e(D, 2 * D), col_gate_bias=e(D)), V),
+             (pass_(gate_bias=e(D + 1), gate_weight=e(D, D)), V), (pass_(qkv_bias=e(3 * D, dtype=torch.float32)), T)],
+        38: [(pass_(gate_bias=e(D)), V), (attention(row_gate_bias=e(D)), V)],
+        45: [(pair_bias(x=pb["x"][0]), V), (pair_bias(weight=e(4, 8, dtype=torch.float32)), V),
+             (pair_bias(weight=e(33, 16, dtype=torch.float32)), V),
+             (pair_bias(x=e(1, 3, 5, 1025, dtype=torch.float32), norm_weight=e(1025, dtype=torch.float32),
+                        norm_bias=e(1025, dtype=torch.float32), weight=e(4, 1025, dtype=torch.float32)), V),
+             (pair_bias(norm_weight=e(8, dtype=torch.float32)), V), (pair_bias(norm_bias=e(16)), T),
+             (pair_bias(norm_weight=e(16, dtype=torch.float32, device="cpu")), V),
+             (pair_bias(weight=e(4, 16, dtype=torch.float16)), T),
+             (pair_bias(weight=e(4, 16, dtype=torch.float32, device="cpu")), V), (pair_bias(eps=0.0), V),
+             (pair_bias(**{k: v.double() for k, v in pb.items() if k != "eps"}), T)],
+        46: [(pass_(xx=sq, bias_weight=e(3, D)), V), (pass_(bias_weight=e(4, D)), V),
+             (attention(xx=sq, row_bias=e(1, 4, 3, 3), row_bias_weight=e(4, D)), V),
+             (pass_(xx=e(2, 3, 3, wide), w=ws_wide, bias_weight=e(4, wide)), V)],
+        None: [(lambda: _checks.check_op_shapes(None, HEADS, 1e-5, []), V), (lambda: _checks.check_cuda(x), V),
+               (lambda: _checks.check_cuda(x, "pair_bias: "), V), (pair_bias(weight=None), V),
+               (pair_bias(norm_weight=None), V)],
+    }
+
+
+def _op_rows() -> dict[int, str]:
+    """{row: its "Registered op" cell} for each docs/errors.md row whose operator raises TypeError or
+    ValueError (not the dispatcher, not a fallback)."""
+    with open(os.path.join(ROOT, "docs", "errors.md")) as f:
+        rows = [[c.strip() for c in line.split(" | ")] for line in f if re.match(r"\| \d+ \|", line)]
+    return {int(r[0].strip("| ")): r[3] for r in rows if re.search(r"\b(Type|Value)Error\b", r[3])}
+
+
+def _message(call, exc) -> str:
+    with pytest.raises(exc) as info:
+        call()
+    return str(info.value)
+
+
+@needs_ext
+def test_op_messages_match_the_cuda_kernel():
+    """For every row of docs/errors.md whose operator raises: the Python checks' message for each bad
+    input of the row is one of csrc/ops.cpp's (its text, the values aside), the row's quoted op
+    messages are among them, and its exceptions are the ones the row names. And every message of
+    ops.cpp's checks has a Python counterpart among these inputs."""
+    templates = cpp_templates()
+    cases = _op_message_cases()
+    rows = _op_rows()
+    assert set(rows) <= set(cases), f"rows with operator errors but no case here: {sorted(set(rows) - set(cases))}"
+    matched = set()
+    for row, row_cases in cases.items():
+        cell = rows.get(row, "")
+        if row is not None:
+            assert row in rows, f"row {row} names no TypeError / ValueError for the operator"
+        messages = []
+        for call, exc in row_cases:
+            assert row is None or exc.__name__ in cell, f"row {row}: {exc.__name__} is not in the row's '{cell}'"
+            msg = _message(call, exc)
+            hits = [t for t, p in templates.items() if p.fullmatch(msg)]
+            assert hits, f"row {row}: {msg!r} is no message of csrc/ops.cpp"
+            matched.update(hits)
+            messages.append(msg)
+        for quoted in re.findall(r"`([^`]+)`", cell):
+            pattern = re.escape(quoted).replace(r"\ \.\.", ".*?").replace(r"\.\.", ".*?").replace("<name>", r"\w+")
+            assert any(re.search(pattern, m) for m in messages), f"row {row}: no message says `{quoted}`: {messages}"
+    missing = set(templates) - matched
+    assert not missing, f"csrc/ops.cpp messages that no Python check gives here: {sorted(missing)}"
 
 
 # ---- the table ----------------------------------------------------------------------------------
