@@ -409,12 +409,15 @@ __attribute__((visibility("default"))) void axial_fused_set_path_override(int pa
   axial_fused::g_path_override.store(path);
 }
 
-// The planner's choice for a pass on a described device (no GPU needed): *path, *group, *k1_per_sm.
+// The planner's plan for a pass on a described device (no GPU needed), as plan_text writes it, into
+// out[0..outlen). flags: the request's features (kPlan* below).
 __attribute__((visibility("default"))) int axial_fused_plan(const char* dtype, int dim, int heads, int64_t num_seq,
-                                                            int len, int tf32, int arch, int sm90a, int sms,
-                                                            int smem_optin, int forced, int gated, int* path,
-                                                            int* group, int* k1_per_sm, char* err, int errlen) {
+                                                            int len, int flags, int arch, int sm90a, int sms,
+                                                            int smem_optin, int forced, char* out, int outlen,
+                                                            char* err, int errlen) {
   using namespace axial_fused;
+  enum { kPlanTf32 = 1, kPlanGated = 2, kPlanExtras = 4, kPlanMask = 8, kPlanBias = 16, kPlanBiasFromLn = 32,
+         kPlanNoTensorMaps = 64 };
   const int dt = dtype_from_name(dtype);
   const SpecInfo* s = dt < 0 ? nullptr : find_spec(dt, dim, heads);
   if (s == nullptr) {
@@ -428,16 +431,32 @@ __attribute__((visibility("default"))) int axial_fused_plan(const char* dtype, i
   dev.smem_optin = smem_optin;
   dev.arch = arch;
   dev.sm90a = sm90a && arch == 90;
+  PassRequest r;
+  r.num_seq = num_seq;
+  r.len = len;
+  r.math = dt == kFloat32 && (flags & kPlanTf32) ? kTf32 : kExactFp32;
+  r.gated = flags & kPlanGated;
+  r.mask = flags & kPlanMask;
+  r.bias = flags & kPlanBias;
+  r.bias_from_ln = flags & kPlanBiasFromLn;
+  r.extras = (flags & kPlanExtras) || r.gated || r.mask || r.bias || r.bias_from_ln;
+  r.tensor_maps = !(flags & kPlanNoTensorMaps);
+  r.forced = forced;
   try {
-    const Plan plan = plan_pass(s, num_seq, len, dt == kFloat32 && tf32 ? kTf32 : kExactFp32, dev, forced, gated != 0);
-    *path = plan.path;
-    *group = plan.group;
-    *k1_per_sm = plan.k1_per_sm;
+    write_text(plan_text(plan_pass(s, r, dev)), out, outlen);
   } catch (const std::exception& e) {
     write_text(e.what(), err, errlen);
     return 2;
   }
   return 0;
+}
+
+// The tuning rows of a compiled specialization (SpecInfo::tiles), "" for one not compiled.
+__attribute__((visibility("default"))) const char* axial_fused_tiles(const char* dtype, int dim, int heads) {
+  using namespace axial_fused;
+  const int dt = dtype_from_name(dtype);
+  const SpecInfo* s = dt < 0 ? nullptr : find_spec(dt, dim, heads);
+  return s == nullptr ? "" : s->tiles();
 }
 
 // Bytes of shared memory a block may opt in to on `device`; -1 (message in err) when it cannot be read.

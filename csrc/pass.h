@@ -13,9 +13,11 @@
 
 #include <atomic>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "axial_fused/params.h"
+#include "axial_fused/plan.h"
 
 namespace axial_fused {
 
@@ -42,16 +44,26 @@ const DeviceInfo& device_info(int device);
 // the compute_80 PTX instead (csrc/device_probe.cu).
 bool sm90a_code_loaded();
 
-struct Plan {
-  int path;           // PassPath
-  int group;          // sequences per block (the fused paths)
-  int k1_per_sm = 2;  // the two-kernel path's K1 on sm_90a: blocks an SM (PassParams::k1_per_sm)
+// What the planner is asked: one pass of `num_seq` sequences of `len` tokens and its features.
+struct PassRequest {
+  int64_t num_seq = 0;
+  int len = 0;
+  int math = kExactFp32;      // MathMode (float32)
+  bool gated = false;         // the sigmoid gate: a fourth block of the QKV product
+  bool extras = false;        // any optional feature (has_extras): the kernels' feature variants
+  bool mask = false;          // a key mask
+  bool bias = false;          // a logit bias, given
+  bool bias_from_ln = false;  // a logit bias from the pass's own LayerNorm output (PassWeights::bias_w)
+  bool tensor_maps = true;    // the TMA kernels may be named (false: their maps did not encode here)
+  int forced = -1;            // -1: automatic; else the PassPath a test or benchmark forces
 };
 // The path override, for tests and benchmarks: -1 automatic, else a PassPath (set_path_override).
 extern std::atomic<int> g_path_override;
-// gated: the pass has the sigmoid gate (its q/k/v buffers hold a fourth block).
-Plan plan_pass(const SpecInfo* spec, int64_t num_seq, int len, int math, const DeviceInfo& dev, int forced,
-               bool gated = false);
+// Every kernel of the pass, named before anything launches (KernelPlan, plan.h); an error where a
+// forced path cannot run.
+KernelPlan plan_pass(const SpecInfo* spec, const PassRequest& r, const DeviceInfo& dev);
+// The plan as one line of text: "path=two_kernel group=1 ... attn=attn_sm90_tma terms=mask".
+std::string plan_text(const KernelPlan& k);
 
 // Held by value (a reference count each): packing may replace a weight by a contiguous copy.
 // qkv_b [3D], gate_w [D, D], gate_b [D] and bias_w [heads, D] (the logit bias from the pass's own

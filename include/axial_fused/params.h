@@ -90,13 +90,17 @@ struct PassParams {
   const void* bias_w;
   int heads;  // num_heads (K1, which serves every head count of its D, reads it for bias_w)
 
-  int arch;       // the device's compute capability, major * 10 + minor (90 selects the Hopper kernels)
+  // The launch as planned (KernelPlan, plan.h, names the kernels; these are the values they read).
+  int arch;       // the device's compute capability, major * 10 + minor
   int path;       // PassPath
   int math;       // MathMode (float32 only)
-  int group;      // fused path: sequences per block
-  int k1_per_sm;  // two-kernel path, sm_90a, 16-bit, D <= kQkvThreeMaxDim: K1's blocks an SM, 2 or 3 (Plan)
+  int group;      // one-kernel paths: sequences per block
+  int k1_per_sm;  // two-kernel path: K1's blocks an SM, 2 or 3 (KernelPlan::k1_per_sm)
   void* scratch;  // two-kernel path: q/k/v (and the gate), [S * L, nq] elements of the input dtype
 };
+
+// log2(e): the kernels' softmax runs in base 2 (exp2 of logits scaled by log2(e) / sqrt(head_dim)).
+constexpr double kLog2e = 1.4426950408889634;
 
 // An absent key's logit (log2 units). Finite, so a query whose keys are all absent attends uniformly
 // (every logit equal); far below any real logit, and absorbed by float32 addition (ulp(1e30) ~ 8e22),
@@ -106,10 +110,9 @@ constexpr float kMaskedLogit = -1e30f;
 // two, so that its product with scale_log2 is exact and a query whose keys are all absent gets logits
 // that are exactly equal (the softmax's fma(s, scale, -max) is then exactly 0, not a rounding residue).
 constexpr float kMaskedRaw = -0x1p100f;
+// bfloat16 bit patterns the tensor-core mask writes: 1.0 (its A tile of ones) and kMaskedRaw (its B rows).
+constexpr unsigned kOneBf16Bits = 0x3F80u, kMaskedRawBf16Bits = 0xF180u;
 
-// K1 on sm_90a takes its three-block form (QkvSm90's THREE) at D up to this, where the planner
-// finds its waves fill the SMs better (PassParams::k1_per_sm).
-constexpr int kQkvThreeMaxDim = 128;
 
 // The prepared terms a Hopper attention kernel reads (its TERMS template argument). kTermMaskMma
 // (with kTermMask, bfloat16, L <= kMaskMmaMaxLen): the mask applied by the tensor cores, as one more
@@ -154,24 +157,5 @@ inline bool has_extras(const PassParams& p) {
   return p.mask != nullptr || p.bias != nullptr || p.bias_w != nullptr || p.gated != 0 || p.qkv_bias != nullptr ||
          p.residual == 0;
 }
-
-// What each compiled specialization exports to the dispatcher (one per generated kernels/*.cu).
-struct SpecInfo {
-  int dtype;  // DType
-  int dim;
-  int heads;
-  // Shared-memory bytes the fused kernel needs to hold `rows` tokens of q/k/v (and g: gated).
-  size_t (*fused_smem_bytes)(int rows, int math, bool gated);
-  // Largest shared-memory request of the two-kernel path.
-  size_t (*two_kernel_smem_bytes)(int math);
-  // Tokens per block tile (rows of the fused buffer are a multiple of this).
-  int (*block_rows)(int math);
-  cudaError_t (*launch)(const PassParams& p, cudaStream_t stream);
-  // cudaSuccess when the current device can run this binary's kernels (e.g. not: no image for its arch).
-  cudaError_t (*probe)();
-  // Whether its two-kernel path runs a Hopper attention kernel on sm_90a (which reads the prepared
-  // terms: the binding then allocates them and sets PassParams::key_bits / bias_frag).
-  int hopper_attention;
-};
 
 }  // namespace axial_fused

@@ -10,7 +10,8 @@ from ._version import __version__
 from .functional import (AxialWeights, Config, FusedFallbackWarning, FusedUnavailableError, PassWeights,
                          axial_attention, axial_pass, fallback_reason, supported_configs)
 from .module import AxialAttention
+from .plan import Plan, explain
 
 __all__ = ["__version__", "AxialAttention", "AxialWeights", "PassWeights", "axial_attention", "axial_pass",
            "fallback_reason", "supported_configs", "Config", "FusedUnavailableError", "FusedFallbackWarning",
-           "reference", "protein"]
+           "reference", "protein", "explain", "Plan"]

@@ -128,8 +128,9 @@ class Binary:
         lib.axial_fused_device_kernel_error.argtypes = [c_int, c_buf, c_int]
         lib.axial_fused_set_path_override.argtypes = [c_int]
         lib.axial_fused_plan.argtypes = [c_str, c_int, c_int, ctypes.c_int64, c_int, c_int, c_int, c_int, c_int,
-                                         c_int, c_int, c_int, ctypes.POINTER(c_int), ctypes.POINTER(c_int),
-                                         ctypes.POINTER(c_int), c_buf, c_int]
+                                         c_int, c_int, c_buf, c_int, c_buf, c_int]
+        lib.axial_fused_tiles.argtypes = [c_str, c_int, c_int]
+        lib.axial_fused_tiles.restype = ctypes.c_char_p
         lib.axial_fused_device_smem_optin.argtypes = [c_int, c_buf, c_int]
         lib.axial_fused_fits_device.argtypes = [c_str, c_int, c_int, c_int, c_buf, c_int]
         self._lib = lib
@@ -163,28 +164,25 @@ class Binary:
         """Force a path for tests and benchmarks: -1 automatic, 0 fused, 1 two-kernel, 2 Hopper fused."""
         self._lib.axial_fused_set_path_override(path)
 
-    def plan(self, dtype: str, dim: int, heads: int, num_seq: int, length: int, tf32: bool, arch: int, sm90a: bool,
-             sms: int, smem_optin: int, forced: int, gated: bool) -> tuple[int, int]:
-        """The planner's (path, sequences per block) for a pass of num_seq sequences of `length` tokens on a
-        device described by (arch, sm90a, sms, smem_optin); forced: -1 automatic, else a path, as
-        set_path_override; gated: the pass has the sigmoid gate. No GPU needed."""
-        return self._plan(dtype, dim, heads, num_seq, length, tf32, arch, sm90a, sms, smem_optin, forced, gated)[:2]
-
-    def k1_per_sm(self, dtype: str, dim: int, heads: int, num_seq: int, length: int, arch: int, sm90a: bool,
-                  sms: int, smem_optin: int) -> int:
-        """K1's blocks an SM (2 or 3) that the planner gives a two-kernel pass of num_seq sequences of
-        `length` tokens (16-bit on sm_90a: its three-block form where that fills the waves better)."""
-        return self._plan(dtype, dim, heads, num_seq, length, False, arch, sm90a, sms, smem_optin,
-                          PATHS["two_kernel"], False)[2]
-
-    def _plan(self, dtype, dim, heads, num_seq, length, tf32, arch, sm90a, sms, smem_optin, forced, gated):
-        path, group, k1, buf = ctypes.c_int(), ctypes.c_int(), ctypes.c_int(), ctypes.create_string_buffer(self._ERR)
-        rc = self._lib.axial_fused_plan(dtype.encode(), dim, heads, num_seq, length, int(tf32), arch, int(sm90a), sms,
-                                        smem_optin, forced, int(gated), ctypes.byref(path), ctypes.byref(group),
-                                        ctypes.byref(k1), buf, self._ERR)
+    def plan(self, dtype: str, dim: int, heads: int, num_seq: int, length: int, device: dict, *, tf32: bool = False,
+             gated: bool = False, extras: bool = False, mask: bool = False, bias: bool = False,
+             bias_from_ln: bool = False, tensor_maps: bool = True, forced: int = -1) -> str:
+        """The planner's plan (plan_text: "path=... prep=... k1=... attn=... proj=...") for a pass of num_seq
+        sequences of `length` tokens with the given features on a device described by `device` (arch,
+        sm90a, sms, smem_optin); forced: -1 automatic, else a path, as set_path_override. No GPU needed."""
+        flags = (1 * tf32) | (2 * gated) | (4 * extras) | (8 * mask) | (16 * bias) | (32 * bias_from_ln) | \
+            (64 * (not tensor_maps))
+        out, err = ctypes.create_string_buffer(1024), ctypes.create_string_buffer(self._ERR)
+        rc = self._lib.axial_fused_plan(dtype.encode(), dim, heads, num_seq, length, flags, device["arch"],
+                                        int(device["sm90a"]), device["sms"], device["smem_optin"], forced, out, 1024,
+                                        err, self._ERR)
         if rc:
-            raise (ValueError if rc == 1 else RuntimeError)(buf.value.decode())
-        return path.value, group.value, k1.value
+            raise (ValueError if rc == 1 else RuntimeError)(err.value.decode())
+        return out.value.decode()
+
+    def tiles(self, dtype: str, dim: int, heads: int) -> str:
+        """The tuning rows (tile sizes, stages, blocks an SM) each kernel of a compiled specialization gets."""
+        return self._lib.axial_fused_tiles(dtype.encode(), dim, heads).decode()
 
     def device_smem_optin(self, device: int) -> int:
         """Bytes of shared memory a block may opt in to on GPU `device`."""

@@ -3,6 +3,10 @@
 Prints the package version; the torch, CUDA and Python the binary was built against and those running
 now; the compiled archs and specializations; each GPU, its arch, and whether the fused path is
 available on it, and if not, why. Paste its output into bug reports. Exits 0 whatever it finds.
+
+    python -m axial_fused.info --tiles          # the tuning row each kernel of each specialization gets
+    python -m axial_fused.info --plan bf16:256x8 2,128,128 [--mask] [--bias] [--gate] [--device h100]
+                                                # the kernels each pass of a call runs (no GPU needed)
 """
 from __future__ import annotations
 
@@ -84,8 +88,62 @@ def report() -> str:
     return "\n".join(lines + _gpu_lines())
 
 
-def main() -> int:
-    print(report())
+def tiles() -> str:
+    """Every compiled specialization's tuning rows (include/axial_fused/*/tile_size.h)."""
+    if _ext.C is None:
+        return f"no CUDA extension: {_ext.error}"
+    out = []
+    for dt, d, h in sorted(_ext.C.compiled_specs(), key=lambda s: (s[1], s[2], s[0])):
+        out.append(f"{dt} dim {d} heads {h}:")
+        out += [f"  {row}" for row in _ext.C.tiles(dt, d, h).splitlines()]
+    return "\n".join(out)
+
+
+_DTYPES = {"fp32": torch.float32, "float32": torch.float32, "fp16": torch.float16, "float16": torch.float16,
+           "bf16": torch.bfloat16, "bfloat16": torch.bfloat16}
+
+
+def plans(spec: str, shape: str, device: str | None, mask: bool, bias: bool, gate: bool) -> str:
+    """The row and column plans of a call: spec DTYPE:DIMxHEADS, shape B,H,W."""
+    from .plan import plan_pass
+
+    try:
+        dt, _, pair = spec.partition(":")
+        dim, heads = (int(v) for v in pair.lower().split("x"))
+        B, H, W = (int(v) for v in shape.split(","))
+        dtype = _DTYPES[dt.lower()]
+    except (ValueError, KeyError):
+        raise SystemExit(f"--plan: expected DTYPE:DIMxHEADS B,H,W (e.g. bf16:256x8 2,128,128); got {spec!r} {shape!r}")
+    dev = device or ("cuda" if torch.cuda.is_available() else "h100")
+    lines = [f"{dt}:{dim}x{heads}, x [{B}, {H}, {W}, {dim}], on {dev}:"]
+    for axis, num_seq, length in (("row", B * H, W), ("col", B * W, H)):
+        try:
+            p = plan_pass(dtype, dim, heads, num_seq, length, dev, gated=gate, extras=mask or bias or gate, mask=mask,
+                          bias=bias)
+        except (ValueError, TypeError, RuntimeError) as e:
+            raise SystemExit(f"--plan: {e}") from None
+        lines.append(f"  {axis}: {p}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m axial_fused.info", description=__doc__.split("\n")[0])
+    ap.add_argument("--tiles", action="store_true", help="the tuning rows of every compiled specialization")
+    ap.add_argument("--plan", nargs=2, metavar=("SPEC", "SHAPE"),
+                    help="the kernels of a call: DTYPE:DIMxHEADS and B,H,W (e.g. bf16:256x8 2,128,128)")
+    ap.add_argument("--device", help="with --plan: h100, h200, a100 or l40s (default: this GPU, else h100)")
+    ap.add_argument("--mask", action="store_true", help="with --plan: a key mask")
+    ap.add_argument("--bias", action="store_true", help="with --plan: a logit bias")
+    ap.add_argument("--gate", action="store_true", help="with --plan: the sigmoid gate")
+    args = ap.parse_args(argv)
+    if args.tiles:
+        print(tiles())
+    elif args.plan:
+        print(plans(*args.plan, args.device, args.mask, args.bias, args.gate))
+    else:
+        print(report())
     return 0
 
 

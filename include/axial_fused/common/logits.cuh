@@ -26,7 +26,7 @@ struct LogitRow {
   // The term of key l (0 <= l < L).
   __device__ __forceinline__ float term(const PassParams& p, int l) const {
     if (absent(p, l)) return kMaskedLogit;
-    return bias ? bias_at(p, l) * 1.4426950408889634f : 0.f;
+    return bias ? bias_at(p, l) * float(kLog2e) : 0.f;
   }
 };
 
@@ -92,7 +92,7 @@ struct FragmentTerms {
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
           const int e = 4 * jb + 2 * i + c;
-          const float t = fmaf(sc[e], scale, (c ? b.y : b.x) * 1.4426950408889634f);
+          const float t = fmaf(sc[e], scale, (c ? b.y : b.x) * float(kLog2e));
           sc[e] = (absent[e / 32] >> (e % 32)) & 1u ? kMaskedLogit : t;
         }
       }
@@ -167,7 +167,7 @@ __global__ void __launch_bounds__(kTermsPrepThreads) terms_prep_kernel(const __g
   const int key0 = int(blk - rows * (kp / 64)) * 64 + bias_block_key(pos);
   const int64_t h = bh % heads, b = bh / heads;
   const int64_t row_off = b * p.bias_stride_b + h * p.bias_stride_h + q * p.bias_stride_q;
-  const float root_hd = 1.4426950408889634f / p.scale_log2;
+  const float root_hd = float(kLog2e) / p.scale_log2;
   // (the dtype dispatched outside the loop, so that the 8 loads are in flight together)
   float x[8];
   const auto load = [&](auto elem) {

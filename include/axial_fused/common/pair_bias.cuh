@@ -31,7 +31,7 @@
 // tensor-core kernel whole 32-channel groups) are staged by plain loads, a value at a time.
 #pragma once
 #include "axial_fused/common/device.cuh"
-#include "axial_fused/sm80/warp_mma.cuh"
+#include "axial_fused/mma_sync/warp_mma.cuh"
 
 namespace axial_fused {
 

@@ -28,6 +28,7 @@
 #include <type_traits>
 
 #include "axial_fused/common/logits.cuh"
+#include "axial_fused/sm90/tile_size.h"
 #include "axial_fused/sm90/wg_gemm.cuh"
 
 namespace axial_fused {
@@ -39,9 +40,9 @@ namespace axial_fused {
 // KB of O at D = 768), so every 64 queries re-read the sequence's keys and values and the whole W_out,
 // and its ring to 3 stages. Split, a block takes 128 queries (each key / value tile serves both
 // halves) with a 4-stage ring, for O written and read once more; 64 where the sequence is no longer
-// (a second half would be all padding). At D = 256 the fused form is faster (docs/performance.md).
-// (SPLIT: 0, the fused form; else the split form's queries per block, 64 or 128.)
-constexpr int kSplitMinDim = 512;
+// (a second half would be all padding). Below kSplitMinDim the fused form (docs/alternatives.md).
+// (SPLIT: 0, the fused form; else the split form's queries per block, 64 or 128.) The choices are
+// attn_sm90_tile's (tile_size.h); the layout below is derived from them.
 // TERMS (attn_sm90_body): with kTermMaskMma each key tile's stage also holds the mask's B rows (BN x
 // 16 bytes), and each warpgroup a 2 KB A tile of ones for the mask's k-step; with kTermBias as well,
 // each warp has a slot for its next unit's bias block (BSLOT) where it fits beside the ring.
@@ -54,10 +55,11 @@ struct AttnSm90 {
   // kernel waits on latencies at two warps per scheduler, and one block's output projection overlaps
   // the other's attention. Elsewhere one block per SM of 128 queries (64 where D > 256), 128-key
   // tiles at head_dim 32.
-  static constexpr bool PAIR = !SPLIT && HD == 32 && D % 128 == 0;
-  static constexpr int BM = SPLIT ? SPLIT : PAIR || D > 256 ? 64 : 128;  // queries per block
-  static constexpr int MT = BM / 64;                       // 64-row halves
-  static constexpr int BN = HD == 32 && !PAIR ? 128 : 64;  // keys per tile
+  static constexpr AttnSm90Tile TILE = attn_sm90_tile(D, HEADS, SPLIT);
+  static constexpr bool PAIR = TILE.pair;
+  static constexpr int BM = TILE.bm;  // queries per block
+  static constexpr int MT = BM / 64;  // 64-row halves
+  static constexpr int BN = TILE.bn;  // keys per tile
   static constexpr int RB = HD * 2;                              // bytes per row of one head's q, k or v
   static constexpr size_t OFFS = SPLIT ? 0 : 2ull * BM * sizeof(int64_t);  // row offsets of x and out
   static constexpr size_t ONES = MROWS ? 2 * 2048 : 0;                     // the mask's A tiles
@@ -73,20 +75,20 @@ struct AttnSm90 {
   static constexpr size_t KV_BARS = PAIR ? 64 : 0;
   // Per warpgroup: two query buffers (this head's, the next one's) and SW ring stages.
   static constexpr size_t FIXED0 = 1024 + OFFS + ONES + KV_BARS + O_BYTES + 2 * 2 * Q_BYTES + MROW_TAIL;
-  static constexpr int MINB = PAIR && FIXED0 + 2 * 2 * STAGE <= 113 * 1024 ? 2 : 1;
-  static constexpr size_t SMEM_MAX = MINB == 2 ? 113 * 1024 : 227 * 1024;  // per block
-  // Output projection: WGM x WGN warpgroups over the BM x D output, OUT_BNW-wide weight chunks (128
-  // where D allows, else 64) of OUT_KW = 32 columns, its stages in the ring's and the bias slots' space.
-  static constexpr int WGM = MT, WGN = 2 / MT, OUT_KW = 32;
-  static constexpr int OUT_BNW = D % (128 * WGN) == 0 ? 128 : 64;
+  static constexpr int MINB = PAIR && FIXED0 + 2 * 2 * STAGE <= smem_per_block(2) ? 2 : 1;
+  static constexpr size_t SMEM_MAX = smem_per_block(MINB);
+  // Output projection: WGM x WGN warpgroups over the BM x D output, OUT_BNW-wide weight chunks of
+  // OUT_KW columns, its stages in the ring's and the bias slots' space.
+  static constexpr int WGM = MT, WGN = 2 / MT, OUT_KW = TILE.out_kw;
+  static constexpr int OUT_BNW = TILE.out_bnw;
   static constexpr size_t OUT_STAGE = size_t(WGN) * OUT_BNW * OUT_KW * 2;
   static constexpr int fit_stages(size_t fixed) {
     const int n = fixed < SMEM_MAX ? int((SMEM_MAX - fixed) / (2 * STAGE)) : 0;
-    return n > 4 ? 4 : n;
+    return n > TILE.max_stages ? TILE.max_stages : n;
   }
   // The bias slots (right after the ring): a warp's 16 queries x BN keys in float16, for one query half
-  // (MT = 1), beside the mask on the tensor cores (with the bias alone it measured slower,
-  // docs/performance.md), where the kernel still serves with them.
+  // (MT = 1), beside the mask on the tensor cores (not with the bias alone: docs/alternatives.md),
+  // where the kernel still serves with them.
   static constexpr size_t BIAS_WANT =
       (TERMS & kTermBias) && (TERMS & kTermMaskMma) && MT == 1 ? 2ull * 64 * BN * 2 : 0;
   static constexpr int SW_B = fit_stages(FIXED0 + BIAS_WANT);
@@ -96,20 +98,20 @@ struct AttnSm90 {
   static constexpr size_t FIXED = FIXED0 + BIAS_BYTES;
   static constexpr int SW = fit_stages(FIXED);
   static constexpr size_t RING = 2 * SW * STAGE;
-  static constexpr int OUT_S = int((RING + BIAS_BYTES) / OUT_STAGE) < 6 ? int((RING + BIAS_BYTES) / OUT_STAGE) : 6;
+  static constexpr int OUT_FIT = int((RING + BIAS_BYTES) / OUT_STAGE);
+  static constexpr int OUT_S = OUT_FIT < TILE.max_out_stages ? OUT_FIT : TILE.max_out_stages;
   static constexpr size_t SMEM = FIXED + RING;
   // The output projection's weight by tensor-map copies (wg_gemm_tma: thread 0 issues them, full /
   // empty mbarriers per stage, no cp.async and no block barrier per step; the mbarriers where the
-  // first warpgroup's queries were, free by then), at D <= 256: there it is faster than the cp.async
-  // ring, at D = 768 slower (docs/performance.md).
-  static constexpr bool OUT_TMA = !SPLIT && D <= 256 && OUT_KW == 32 && WGM * WGN == 2 && OUT_BNW >= 64 &&
+  // first warpgroup's queries were, free by then), at D up to TILE.out_tma_max_dim (above it the
+  // cp.async ring: docs/alternatives.md).
+  static constexpr bool OUT_TMA = !SPLIT && D <= TILE.out_tma_max_dim && OUT_KW == 32 && WGM * WGN == 2 && OUT_BNW >= 64 &&
                                   WGN * OUT_BNW <= 256 && OUT_S <= 8;
   // The tensor-map output projection's kernel at PAIR: its queries, keys and values by tensor-map
   // copies too, from the warpgroup's thread 0, each copy group completing on its mbarrier (no copy
-  // instructions in the threads, no cp.async wait or proxy fence a tile: msa's attention 5% faster,
-  // tri_384's 7%, docs/performance.md). Not in the 128-query blocks (256x4, 192x6): there the
-  // two-stage ring has no room to run ahead, and at 256x4 the plain pass measured slower.
-  static constexpr bool KV_TMA = KV_BARS > 0 && OUT_TMA;
+  // instructions in the threads, no cp.async wait or proxy fence a tile). Not in the 128-query blocks
+  // (256x4, 192x6), whose two-stage ring has no room to run ahead (docs/alternatives.md).
+  static constexpr bool KV_TMA = TILE.kv_tma && KV_BARS > 0 && OUT_TMA;
   static constexpr bool SERVED =
       (HD == 32 || HD == 64) && (SPLIT ? SW >= 3 : D % (64 * WGN) == 0 && SW >= 2 && OUT_S >= 3);
   static_assert(!SERVED || (O_BYTES % 1024 == 0 && Q_BYTES % 1024 == 0 && STAGE % 1024 == 0 && BN <= 128),

@@ -22,13 +22,15 @@
 #pragma once
 #include "axial_fused/common/logits.cuh"
 #include "axial_fused/sm90/layernorm_sw128.cuh"
+#include "axial_fused/sm90/tile_size.h"
 #include "axial_fused/sm90/wg_gemm.cuh"
 
 namespace axial_fused {
 
 template <class T, int D, int HEADS>
 struct FusedSm90 {
-  static constexpr int HD = D / HEADS, BM = 128, KC = D / 64, NQKV = 3 * HD;
+  static constexpr FusedSm90Tile TILE = fused_sm90_tile(D);
+  static constexpr int HD = D / HEADS, BM = TILE.bm, KC = D / 64, NQKV = 3 * HD;
   static constexpr size_t A_BYTES = size_t(BM) * D * 2;        // LayerNorm tile, SW128
   static constexpr size_t O_BYTES = A_BYTES;                   // attention output tile, SW128
   static constexpr size_t K_BYTES = size_t(BM) * 64 * 2;       // one head's keys, SW128 rows (columns 32-63 unused)
@@ -37,17 +39,19 @@ struct FusedSm90 {
   static constexpr size_t OFFS = 2 * BM * sizeof(int64_t);
   // Each warpgroup has its own keys, values and weight ring (it runs its own heads).
   static constexpr size_t FIXED = 1024 + OFFS + A_BYTES + O_BYTES + 2 * (K_BYTES + V_BYTES);
-  // Weight ring stages per warpgroup: as many as the rest of the 227 KB holds, 2 to 4.
-  static constexpr int SW_FIT = FIXED < 227 * 1024 ? int((227 * 1024 - FIXED) / (2 * STAGE)) : 0;
-  static constexpr int SW = SW_FIT > 4 ? 4 : SW_FIT;
+  // Weight ring stages per warpgroup: as many as the rest of the block's shared memory holds.
+  static constexpr int SW_FIT = FIXED < kSmemPerBlock ? int((kSmemPerBlock - FIXED) / (2 * STAGE)) : 0;
+  static constexpr int SW = SW_FIT > TILE.max_stages ? TILE.max_stages : SW_FIT;
   static constexpr size_t RING = 2 * SW * STAGE;
-  // Output projection: chunks of OUT_BNW = 64 weight rows, as many stages as the rings hold, at most 6.
-  static constexpr int OUT_BNW = 64;
-  static constexpr int OUT_S = int(RING / (OUT_BNW * 128)) < 6 ? int(RING / (OUT_BNW * 128)) : 6;
+  // Output projection: chunks of OUT_BNW weight rows, as many stages as the rings hold, within bounds.
+  static constexpr int OUT_BNW = TILE.out_bnw;
+  static constexpr int OUT_FIT = int(RING / (OUT_BNW * 128));
+  static constexpr int OUT_S = OUT_FIT < TILE.max_out_stages ? OUT_FIT : TILE.max_out_stages;
   static constexpr size_t SMEM = FIXED + RING;
   // Where the kernel exists: head_dim 32, an even number of heads (the two warpgroups split them), D <= 256
   // (the LayerNorm and output tiles stay resident); plan_pass checks the same.
-  static constexpr bool SERVED = HD == 32 && HEADS % 2 == 0 && D <= 256 && SW >= 2 && OUT_S >= 3;
+  static constexpr bool SERVED = HD == 32 && HEADS % 2 == 0 && D <= TILE.max_dim && SW >= TILE.min_stages &&
+                                 OUT_S >= TILE.min_out_stages;
   static_assert(!SERVED || (STAGE % 1024 == 0 && K_BYTES % 1024 == 0 && V_BYTES % 1024 == 0 && A_BYTES % 1024 == 0),
                 "1024-byte aligned operand tiles");
 };

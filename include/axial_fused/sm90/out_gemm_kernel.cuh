@@ -20,21 +20,24 @@
 #pragma once
 #include <cuda.h>  // CUtensorMap
 
+#include "axial_fused/sm90/tile_size.h"
 #include "axial_fused/sm90/wg_gemm.cuh"
 
 namespace axial_fused {
 
 template <class T, int D>
 struct OutGemmSm90 {
-  static constexpr int BM = 128, BN = D % 256 == 0 ? 256 : 128, BNW = 128;
-  static constexpr int NACC = BN / BNW, KW = 64, KC = D / KW, NT = D / BN;
+  static constexpr OutGemmSm90Tile TILE = out_gemm_sm90_tile(D);
+  static constexpr int BM = TILE.bm, BN = TILE.bn, BNW = TILE.bnw;
+  static constexpr int NACC = BN / BNW, KW = TILE.kw, KC = D / KW, NT = D / BN;
   static constexpr uint32_t A_STAGE = BM * KW * 2, W_STAGE = BN * KW * 2, STAGE = A_STAGE + W_STAGE;
   // Row-offset tables for two tiles (the next tile's are written while the last warps may still be
   // in this one's epilogue), the mbarriers, 1024-byte alignment, then the stages.
   static constexpr size_t HEAD = 2 * 2 * BM * sizeof(int64_t) + 2 * 8 * 8;
-  static constexpr int S = int((227 * 1024 - HEAD - 1024) / STAGE) < 8 ? int((227 * 1024 - HEAD - 1024) / STAGE) : 8;
+  static constexpr int S_FIT = int((kSmemPerBlock - HEAD - 1024) / STAGE);
+  static constexpr int S = S_FIT < TILE.max_stages ? S_FIT : TILE.max_stages;
   static constexpr size_t SMEM = HEAD + 1024 + size_t(S) * STAGE;
-  static constexpr bool SERVED = D % BN == 0 && BN % BNW == 0 && BN <= 256 && D % KW == 0 && S >= 3;
+  static constexpr bool SERVED = D % BN == 0 && BN % BNW == 0 && BN <= 256 && D % KW == 0 && S >= TILE.min_stages;
 };
 
 // `amap`: the scratch's q columns as [tokens, D] with a row stride of 3D, boxes of 64 x 128;

@@ -5,39 +5,39 @@
 #pragma once
 #include <cuda.h>  // CUtensorMap
 
-#include "axial_fused/sm80/warp_mma.cuh"
+#include "axial_fused/mma_sync/warp_mma.cuh"
 #include "axial_fused/sm90/layernorm_sw128.cuh"
 #include "axial_fused/sm90/wg_gemm.cuh"
 
 namespace axial_fused {
 
-// K1's configuration for one (dtype, dim): the choices of the sm_90a LN + QKV kernel, in one place.
+// K1's configuration for one (dtype, dim), derived from its row of tile_size.h (qkv_sm90_tile).
 // THREE (D <= kQkvThreeMaxDim): the form with three blocks an SM, 64-wide chunks (half the accumulator
-// registers) and a ring of up to 8 stages, which the planner takes where its waves fill the SMs
-// better than two blocks' (PassParams::k1_per_sm).
+// registers) and a deeper ring, which the planner takes where its waves fill the SMs better than two
+// blocks' (KernelPlan::k1_per_sm).
 template <class T, int D, bool THREE = false>
 struct QkvSm90 {
   static_assert(!THREE || D <= kQkvThreeMaxDim, "the three-block K1 serves D <= kQkvThreeMaxDim");
+  static constexpr QkvSm90Tile TILE = qkv_sm90_tile(D, THREE);
   static constexpr int N = 3 * D;
   // Weight chunks 32 columns deep (64-byte rows, SW64): half the bytes of a 64-deep stage, so
   // 128-wide chunks fit beside a 128-token A at D = 768, and twice per SM at D = 256.
-  static constexpr int KW = 32;
-  // Two-block clusters sharing each weight chunk by TMA multicast (wg_gemm_tma_produce): half the
-  // weight's L2 reads, which pays where the weight is a large share of the traffic (D >= 512).
-  static constexpr bool TMA = D >= 512;
+  static constexpr int KW = TILE.kw;
+  // Two-block clusters sharing each weight chunk by TMA multicast (wg_gemm_tma_produce).
+  static constexpr bool TMA = TILE.cluster;
   // Register A (RS below) and the wide form: where the cluster form's ring is held to a few stages by
   // A's size (a 128-token A that leaves room for fewer than five 8 KB stages but at least three: D =
   // 768), the producer is a whole warpgroup (384 threads; one thread still issues the copies) so that
   // registers move to the consumers with setmaxnreg (producer 40 a thread, consumers 232, as
   // FlashAttention-3 splits them), room for RS_PANELS panels of A in registers. (Decided before the
   // budget below, which depends on it through the barriers.)
-  static constexpr bool RS_MAY = TMA && size_t(256) * D + 5 * 8192 > 227 * 1024 &&
-                                 size_t(256) * D + 3 * 8192 + 4096 <= 227 * 1024;
+  static constexpr bool RS_MAY = TMA && size_t(256) * D + TILE.rs_max_stages * 8192 > kSmemPerBlock &&
+                                 size_t(256) * D + TILE.rs_min_stages * 8192 + 4096 <= kSmemPerBlock;
   static constexpr size_t BAR_BYTES = (RS_MAY ? 32 : 16) * 8;  // full[SB] and empty[SB], SB <= 8 (16 with RS)
   static constexpr bool WIDE = RS_MAY;
   static constexpr int THREADS = WIDE ? 384 : 288;  // two consumer warpgroups + the producer warp(group)
   static constexpr size_t SLACK = 128 * sizeof(int64_t) + BAR_BYTES + 1024;  // row offsets, barriers, alignment
-  static constexpr size_t BUDGET = 227 * 1024 - SLACK;           // one block's opt-in limit
+  static constexpr size_t BUDGET = kSmemPerBlock - SLACK;       // one block's opt-in limit
   static constexpr int WGM = size_t(128) * D * 2 + 3 * 8192 <= BUDGET ? 2 : 1;  // 128 or 64 tokens per block
   static constexpr int BM = 64 * WGM, WGN = 2 / WGM;
   static constexpr size_t A_BYTES = size_t(BM) * D * 2;
@@ -46,10 +46,10 @@ struct QkvSm90 {
   // n64) wherever 3 stages of them fit, else 64-wide ones.
   static constexpr int BNW = !THREE && N % (WGN * 128) == 0 && A_BYTES + 3 * stage_bytes(128) <= BUDGET ? 128 : 64;
   static constexpr size_t STAGE = stage_bytes(BNW);
-  // The ring: as many stages as fit, 3 to 4 (to 8 in the three-block form).
+  // The ring: as many stages as fit, within the row's bounds.
   static constexpr int S_FIT = int((BUDGET - A_BYTES) / STAGE);
-  static constexpr int S_CAP = THREE ? 8 : 4;
-  static constexpr int S = S_FIT < 3 ? 3 : S_FIT < S_CAP ? S_FIT : S_CAP;
+  static constexpr int S_CAP = TILE.max_stages;
+  static constexpr int S = S_FIT < TILE.min_stages ? TILE.min_stages : S_FIT < S_CAP ? S_FIT : S_CAP;
   static constexpr size_t SMEM = SLACK + A_BYTES + S * STAGE;
   // RS: with a 4-stage ring beside 192 KB of A (D = 768) K1 waits on its weight stream's latency.
   // With RS each consumer thread loads its rows' first 64n columns of A as wgmma A fragments (KR = 4n
@@ -58,15 +58,15 @@ struct QkvSm90 {
   // register budget bounds n: the wide form's 232 registers a consumer thread take n = 6 (16 stages,
   // 128 KB in flight). Only where the ring is held by A's size (S_FIT <= S_CAP: D = 768; not D = 512,
   // whose ring could grow without it).
-  static constexpr int RS_PANELS = 6;  // 64-column panels of A held in registers
+  static constexpr int RS_PANELS = TILE.rs_panels;  // 64-column panels of A held in registers
   static constexpr size_t RS_BYTES = size_t(BM) * 128 * RS_PANELS;
   static constexpr bool RS = RS_MAY && WGM == 2 && S_FIT <= S_CAP && RS_PANELS * 64 < D && RS_BYTES % STAGE == 0 &&
                              S + RS_BYTES / STAGE <= 16;
   static constexpr int KR = RS ? 4 * RS_PANELS : 0;
   static constexpr int SB = RS ? S + int(RS_BYTES / STAGE) : S;
-  // Blocks per SM the register budget is set for (228 KB of shared memory, 1 KB reserved per block).
-  static constexpr int MINB = THREE ? 3 : 2 * (SMEM + 1024) <= 228 * 1024 ? 2 : 1;
-  static_assert(!THREE || 3 * (SMEM + 1024) <= 228 * 1024, "three blocks an SM");
+  // Blocks per SM the register budget is set for.
+  static constexpr int MINB = THREE ? 3 : SMEM <= smem_per_block(2) ? 2 : 1;
+  static_assert(!THREE || SMEM <= smem_per_block(3), "three blocks an SM");
   static_assert(S <= 8 && (BNW == 64 || BNW == 128), "the warp-specialized product's limits");
   static_assert(A_BYTES + S * STAGE <= BUDGET && N % (WGN * BNW) == 0 && 4 * D % (WGN * BNW) == 0,
                 "no Hopper QKV configuration fits");  // (4D: with the gate's block)
@@ -99,7 +99,7 @@ __device__ __forceinline__ void self_bias_to_frag(const PassParams& p, const T* 
   }
   const T* w = static_cast<const T*>(p.bias_w);
   __half* out = const_cast<__half*>(p.bias_frag);
-  const float root_hd = 1.4426950408889634f / p.scale_log2;
+  const float root_hd = float(kLog2e) / p.scale_log2;
   for (int h0 = (warp / RW) * 8; h0 < heads; h0 += 64 / RW) {
     const int n = h0 + g;  // the head of this lane's B fragments (zeros past the heads)
     const T* wn = w + int64_t(n < heads ? n : 0) * D + 2 * t;

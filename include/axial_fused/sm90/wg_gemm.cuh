@@ -10,6 +10,7 @@
 #pragma once
 #include "axial_fused/common/epilogue.cuh"
 #include "axial_fused/sm90/sync.cuh"
+#include "axial_fused/sm90/tile_size.h"
 #include "axial_fused/sm90/wgmma.cuh"
 
 namespace axial_fused {
@@ -200,7 +201,6 @@ __device__ __forceinline__ void wg_gemm_ws_produce(const T* W, T* ws, uint32_t f
 // producer's, expecting the whole chunk's bytes, half from each block's copy); empty[s] (16
 // arrivals: every consumer warp of both blocks, since either block's copy writes into both). `map`
 // is the weight's tensor map (box KW x CN / 2).
-constexpr int kQkvCluster = 2;
 // Stages S0 .. S - 1 (register A, QkvSm90::RS) are not free at the start: their first fill waits
 // for one release more (the consumers', once they no longer read that memory).
 // (The weight's rows: NFIX or n, as wg_gemm_ws_produce.)

@@ -7,7 +7,7 @@
 //                    sm_90a): the same attention, with the output tile in the SW128 layout so that the
 //                    projection runs on wgmma (wg_gemm).
 #pragma once
-#include "axial_fused/sm80/block_ops.cuh"
+#include "axial_fused/mma_sync/block_ops.cuh"
 #include "axial_fused/sm90/wg_gemm.cuh"
 
 namespace axial_fused {
@@ -50,21 +50,24 @@ __global__ void __launch_bounds__(Tr::THREADS) ln_qkv_kernel(const __grid_consta
 
 // Shared-memory layout of attn_out_kernel. Generic: [row offsets][xs: BM x LDX][q][p][k/v, later W].
 // SM90 (16-bit): the attention output tile is SW128 (1024-aligned) so the output projection runs on
-// wgmma, with the weight streamed through the k/v region (wg_gemm, 3 to 6 stages).
+// wgmma, with the weight streamed through the k/v region (wg_gemm, kAttnOutWg{Min,Max}Stages).
 template <class Tr, bool SM90>
 struct AttnOutLayout {
   static constexpr int OWGN = Tr::THREADS >= 256 ? 2 : 1;  // warpgroups (1 or 2), side by side along N (Hopper)
   static constexpr int OBNW = (Tr::D % 128 == 0 ? 128 : 64) / OWGN;  // columns per warpgroup and weight chunk
-  static constexpr size_t O_STAGE = size_t(OWGN) * OBNW * 128, O_STAGES = 3 * O_STAGE;
-  // Weight stages of the output projection: 3, or as many (up to 6) as the k/v region already holds
-  // (deeper look-ahead hides L2 latency; at D = 768 the region holds 4).
-  static constexpr int OS = SM90 && Tr::KV_BYTES / O_STAGE > 3 ? (Tr::KV_BYTES / O_STAGE < 6 ? int(Tr::KV_BYTES / O_STAGE) : 6) : 3;
+  static constexpr size_t O_STAGE = size_t(OWGN) * OBNW * 128, O_STAGES = kAttnOutWgMinStages * O_STAGE;
+  // Weight stages of the output projection: the minimum, or as many (up to the maximum) as the k/v
+  // region already holds (deeper look-ahead hides L2 latency; at D = 768 the region holds 4).
+  static constexpr int KV_HOLDS = int(Tr::KV_BYTES / O_STAGE);
+  static constexpr int OS = SM90 && KV_HOLDS > kAttnOutWgMinStages
+                                ? (KV_HOLDS < kAttnOutWgMaxStages ? KV_HOLDS : kAttnOutWgMaxStages)
+                                : kAttnOutWgMinStages;
   static constexpr size_t X = SM90 ? size_t(Tr::BM) * Tr::D * Tr::ESZ : Tr::X_BYTES;
   static constexpr size_t Q = SM90 ? (Tr::Q_BYTES + 1023) / 1024 * 1024 : Tr::Q_BYTES;
   static constexpr size_t P = Tr::P_BYTES;
   static constexpr size_t KV = SM90 && O_STAGES > Tr::KV_BYTES ? O_STAGES : Tr::KV_BYTES;
   static constexpr size_t BYTES = Tr::OFF_BYTES + (SM90 ? 1024 : 0) + X + Q + P + KV;
-  static_assert(!SM90 || (Tr::M == Mma::Tc16 && Tr::BM == 64 && Tr::THREADS % 128 == 0 && BYTES <= 227 * 1024),
+  static_assert(!SM90 || (Tr::M == Mma::Tc16 && Tr::BM == 64 && Tr::THREADS % 128 == 0 && BYTES <= kSmemPerBlock),
                 "Hopper attn_out layout");
 };
 
@@ -161,7 +164,6 @@ __global__ void __launch_bounds__(Tr::THREADS, Tr::k2_min_blocks(EXTRAS))
   // Head tiles: CH real 16-byte chunks a row, CHK with the padding (head_dim rounded up to 16).
   constexpr int CH = HD / VEC, CHK = HDK / VEC;
   static_assert(Tr::HEADS % CG == 0, "whole head groups");
-  constexpr uint32_t kOneBf16 = 0x3F80u, kMaskedRawBf16 = 0xF180u;  // 1.0 and kMaskedRaw = -2^100
   // f(v) for v < N, v = threadIdx.x + i THREADS: a fixed number of steps, each predicated.
   const auto slots = [](auto n, auto&& f) {
     constexpr int N = decltype(n)::value;
@@ -181,7 +183,7 @@ __global__ void __launch_bounds__(Tr::THREADS, Tr::k2_min_blocks(EXTRAS))
       const bool q = row < QROWS, k = !q && ((row - QROWS) / BN) % 2 == 0;  // (stage rows: k tile, v tile)
       if (MASK_MMA && k && c == HD) return;
       T* dst = q ? qs + row * LDH + c : kv + (row - QROWS) * LDH + c;
-      st_shared_16(smem_u32(dst), make_uint4(MASK_MMA && q && c == HD ? kOneBf16 : 0u, 0u, 0u, 0u));
+      st_shared_16(smem_u32(dst), make_uint4(MASK_MMA && q && c == HD ? kOneBf16Bits : 0u, 0u, 0u, 0u));
     });
   }
   // Head group hg's key tile kt into stage buf (with the group's queries when kt = 0).
@@ -214,7 +216,7 @@ __global__ void __launch_bounds__(Tr::THREADS, Tr::k2_min_blocks(EXTRAS))
     slots(std::integral_constant<int, CG * BN>{}, [&](int v) {
       const int c2 = v / BN, r = v % BN;
       st_shared_16(smem_u32(kv + ((buf * CG + c2) * 2 * BN + r) * LDH + HD),
-                   make_uint4(bits >> r & 1 ? kMaskedRawBf16 : 0u, 0u, 0u, 0u));
+                   make_uint4(bits >> r & 1 ? kMaskedRawBf16Bits : 0u, 0u, 0u, 0u));
     });
   };
   load(0, 0, 0);

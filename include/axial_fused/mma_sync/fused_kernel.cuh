@@ -16,7 +16,7 @@
 // of CG) over one tile of BM / 2 keys (every key of the block; a 64-key tile would be half masked
 // padding at L = 32), the LayerNorm of BM / 2 rows.
 #pragma once
-#include "axial_fused/sm80/block_ops.cuh"
+#include "axial_fused/mma_sync/block_ops.cuh"
 
 namespace axial_fused {
 

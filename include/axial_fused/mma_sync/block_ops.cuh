@@ -8,7 +8,7 @@
 #include "axial_fused/common/epilogue.cuh"
 #include "axial_fused/common/layernorm.cuh"
 #include "axial_fused/common/logits.cuh"
-#include "axial_fused/sm80/traits.cuh"
+#include "axial_fused/mma_sync/traits.cuh"
 
 namespace axial_fused {
 
@@ -243,7 +243,7 @@ struct TileTerms {
 #pragma unroll
           for (int e = 0; e < 4; ++e)
             s[j0 + j][e] = fmaf(s[j0 + j][e], scale_log2,
-                                (a >> (8 * (j0 + j) + (e & 1))) & 1 ? kMaskedLogit : v[j][e] * 1.4426950408889634f);
+                                (a >> (8 * (j0 + j) + (e & 1))) & 1 ? kMaskedLogit : v[j][e] * float(kLog2e));
       }
     };
     const bool aligned = ((reinterpret_cast<uintptr_t>(r[0]) | reinterpret_cast<uintptr_t>(r[1])) & (2 * sizeof(E) - 1)) == 0;

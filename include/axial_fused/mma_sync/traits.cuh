@@ -1,10 +1,11 @@
 // The mma.sync kernels' derived constants for one (dtype, math mode, dim, heads): warps, tiles,
-// shared-memory layout and bytes. One place sets every per-specialization choice of these kernels.
+// shared-memory layout and bytes, from the choices of tile_size.h (mma_tile).
 #pragma once
 #include <cstddef>
 #include <type_traits>
 
-#include "axial_fused/sm80/warp_mma.cuh"
+#include "axial_fused/mma_sync/tile_size.h"
+#include "axial_fused/mma_sync/warp_mma.cuh"
 
 namespace axial_fused {
 
@@ -14,10 +15,11 @@ struct Traits {
   static constexpr Mma M = M_;
   static constexpr int D = D_, HEADS = HEADS_, HD = D / HEADS;
   static constexpr int ESZ = sizeof(T);
+  static constexpr MmaTile TILE = mma_tile(ESZ, D);
   static constexpr int PAD = 16 / ESZ;              // one 16-byte vector per smem row: no ldmatrix bank conflicts
   static constexpr int VEC = 16 / ESZ;              // elements per 16-byte copy
-  static constexpr int BN = ESZ == 4 ? 32 : 64;     // keys per attention tile
-  static constexpr int BK = 128 / ESZ;              // weight columns per streamed chunk (128 bytes)
+  static constexpr int BN = TILE.bn;                // keys per attention tile
+  static constexpr int BK = TILE.bk;                // weight columns per streamed chunk (128 bytes)
   // A head's q / k / v tile is HDK columns wide: head_dim rounded up to the products' tile (k16 x n16
   // for 16-bit; tf32 takes k8), the extra columns zero (head_dim 8 and 24: AF2's extra-MSA stack,
   // AF3's single attention). The fused buffer's row holds q | k | v (| g) in sections of HW columns.
@@ -30,15 +32,16 @@ struct Traits {
 
   // Warps: RG row groups of 16 tokens x CG column groups. In the projections the column groups take
   // different 64-wide output chunks; in attention they take different heads. Two column groups where
-  // the two-kernel attention block still fits a Hopper SM's shared memory, else one. fp32 at large D
-  // uses two row groups (32-token tiles) to fit.
-  static constexpr int RG = (ESZ == 4 && D >= 512) ? 2 : 4;
+  // the two-kernel attention block still fits one block's shared memory on sm_90
+  // (kMmaTwoColumnGroupBytes), else one. fp32 at large D uses two row groups (32-token tiles) to fit.
+  static constexpr int RG = TILE.row_groups;
   static constexpr size_t k2_bytes(int cg) {
     const size_t w = 2ull * 64 * cg * LDW * ESZ, kv = 4ull * cg * BN * LDH * ESZ;
     return 16ull * RG * LDX * ESZ + 2ull * cg * 16 * RG * LDH * ESZ + (kv > w ? kv : w) +
            (M == Mma::Tc16 ? 0 : 16ull * RG * cg * LDP * ESZ);
   }
-  static constexpr int CG = (HEADS % 2 == 0 && k2_bytes(2) <= 220 * 1024) ? 2 : 1;
+  static constexpr int CG =
+      (HEADS % 2 == 0 && TILE.max_col_groups >= 2 && 2ull * 16 * RG * sizeof(int64_t) + k2_bytes(2) <= kMmaTwoColumnGroupBytes) ? 2 : 1;
   static constexpr int NW = RG * CG;
   static constexpr int BM = 16 * RG, THREADS = 32 * NW;
   static constexpr int WN = 64 * CG;                 // weight rows (output features) per streamed chunk
@@ -56,12 +59,12 @@ struct Traits {
   static constexpr size_t K1_BYTES = X_BYTES + W_BYTES;
   static constexpr size_t K2_BYTES = OFF_BYTES + k2_bytes(CG);
   // attn_out_kernel's minimum blocks an SM (its __launch_bounds__; EXTRAS: its features' variant):
-  // three in 16-bit at head_dim 16 or less where three blocks' shared memory fits, so that ptxas holds
-  // the registers to 80 and a third block's warps hide the latencies that two leave exposed (ncu at
-  // extra_msa: 25% of the warps active at two blocks); for the plain variant only at D = 64, where
-  // the cap measured faster too (at D = 128 it measured slower). docs/performance.md, extra_msa.
+  // three where mma_tile allows it and three blocks' shared memory fits (docs/alternatives.md).
   static constexpr int k2_min_blocks(bool extras) {
-    return M == Mma::Tc16 && HDK <= 16 && 3 * K2_BYTES <= 227 * 1024 && (extras || D <= 64) ? 3 : 1;
+    return M == Mma::Tc16 && HDK <= TILE.k2_three_max_hdk && K2_BYTES <= smem_per_block(3) &&
+                   (extras || D <= TILE.k2_three_plain_max_dim)
+               ? 3
+               : 1;
   }
 
   static_assert(D % 64 == 0, "dim must be a multiple of 64");
