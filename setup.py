@@ -105,8 +105,6 @@ def cuda_extension(torch):
         path = ROOT / "kernels" / specs_mod.kernel_filename(dt, d, h)
         _write_if_changed(path, specs_mod.kernel_source(dt, d, h))
         kernel_files.append(str(path.relative_to(ROOT)))
-    gen_dir = ROOT / "build" / "generated"
-    _write_if_changed(gen_dir / "specs.inc", specs_mod.registry_source(specs))
     print(f"axial_fused: compiling {len(specs)} specializations for archs {';'.join(archs)}")
 
     defines = [
@@ -120,7 +118,7 @@ def cuda_extension(torch):
     return CUDAExtension(
         name="axial_fused._C",
         sources=["csrc/ops.cpp", "csrc/pass.cpp", "csrc/pair_bias.cu", "csrc/device_probe.cu"] + kernel_files,
-        include_dirs=[str(ROOT / "include"), str(gen_dir)],
+        include_dirs=[str(ROOT / "include")],
         extra_compile_args={
             # USE_CUDA: the C shim's CUDA functions (the current stream); hidden visibility: the binary
             # exports only its C entry points and the module init.

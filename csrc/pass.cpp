@@ -9,23 +9,35 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <tuple>
 
 #include "axial_fused/pair_bias.h"
 #include "pass.h"
 
 namespace axial_fused {
 
-#define AXIAL_FUSED_SPEC(dt, d, h) const SpecInfo* spec_##dt##_##d##_##h();
-#include "specs.inc"
-#undef AXIAL_FUSED_SPEC
+namespace {
+std::vector<const SpecInfo*>& registered_specs() {
+  static std::vector<const SpecInfo*> specs;  // (constructed on first use: by the first registration)
+  return specs;
+}
+}  // namespace
+
+bool register_spec(const SpecInfo* spec) {
+  registered_specs().push_back(spec);
+  return true;
+}
 
 const std::vector<const SpecInfo*>& registry() {
-  static const std::vector<const SpecInfo*> r = {
-#define AXIAL_FUSED_SPEC(dt, d, h) spec_##dt##_##d##_##h(),
-#include "specs.inc"
-#undef AXIAL_FUSED_SPEC
-  };
-  return r;
+  // Read after the library has loaded, when every kernels/*.cu has registered its specialization.
+  static const std::vector<const SpecInfo*> sorted = [] {
+    std::vector<const SpecInfo*> r = registered_specs();
+    std::sort(r.begin(), r.end(), [](const SpecInfo* a, const SpecInfo* b) {
+      return std::tie(a->dim, a->heads, a->dtype) < std::tie(b->dim, b->heads, b->dtype);
+    });
+    return r;
+  }();
+  return sorted;
 }
 
 int dtype_code(ScalarType t) {

@@ -24,7 +24,7 @@ namespace axial_fused {
 using torch::stable::Tensor;
 using torch::headeronly::ScalarType;
 
-// Every compiled specialization (one per generated kernels/*.cu), in build order.
+// Every compiled specialization (one per generated kernels/*.cu, register_spec), by dim, heads, dtype.
 const std::vector<const SpecInfo*>& registry();
 // DType of a torch dtype, -1 for one without kernels.
 int dtype_code(ScalarType t);

@@ -3,5 +3,5 @@
 #include "axial_fused/launch.cuh"
 
 namespace axial_fused {
-const SpecInfo* spec_bf16_128_4() { return Spec<__nv_bfloat16, 128, 4>::info(); }
+static const bool registered = register_spec(Spec<__nv_bfloat16, 128, 4>::info());
 }  // namespace axial_fused

@@ -3,5 +3,5 @@
 #include "axial_fused/launch.cuh"
 
 namespace axial_fused {
-const SpecInfo* spec_bf16_64_8() { return Spec<__nv_bfloat16, 64, 8>::info(); }
+static const bool registered = register_spec(Spec<__nv_bfloat16, 64, 8>::info());
 }  // namespace axial_fused

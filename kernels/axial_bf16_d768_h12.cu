@@ -3,5 +3,5 @@
 #include "axial_fused/launch.cuh"
 
 namespace axial_fused {
-const SpecInfo* spec_bf16_768_12() { return Spec<__nv_bfloat16, 768, 12>::info(); }
+static const bool registered = register_spec(Spec<__nv_bfloat16, 768, 12>::info());
 }  // namespace axial_fused

@@ -3,5 +3,5 @@
 #include "axial_fused/launch.cuh"
 
 namespace axial_fused {
-const SpecInfo* spec_fp16_1024_16() { return Spec<__half, 1024, 16>::info(); }
+static const bool registered = register_spec(Spec<__half, 1024, 16>::info());
 }  // namespace axial_fused

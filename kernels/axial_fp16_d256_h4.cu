@@ -3,5 +3,5 @@
 #include "axial_fused/launch.cuh"
 
 namespace axial_fused {
-const SpecInfo* spec_fp16_256_4() { return Spec<__half, 256, 4>::info(); }
+static const bool registered = register_spec(Spec<__half, 256, 4>::info());
 }  // namespace axial_fused

@@ -3,5 +3,5 @@
 #include "axial_fused/launch.cuh"
 
 namespace axial_fused {
-const SpecInfo* spec_fp16_256_8() { return Spec<__half, 256, 8>::info(); }
+static const bool registered = register_spec(Spec<__half, 256, 8>::info());
 }  // namespace axial_fused

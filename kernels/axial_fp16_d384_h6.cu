@@ -3,5 +3,5 @@
 #include "axial_fused/launch.cuh"
 
 namespace axial_fused {
-const SpecInfo* spec_fp16_384_6() { return Spec<__half, 384, 6>::info(); }
+static const bool registered = register_spec(Spec<__half, 384, 6>::info());
 }  // namespace axial_fused

@@ -3,5 +3,5 @@
 #include "axial_fused/launch.cuh"
 
 namespace axial_fused {
-const SpecInfo* spec_fp16_768_12() { return Spec<__half, 768, 12>::info(); }
+static const bool registered = register_spec(Spec<__half, 768, 12>::info());
 }  // namespace axial_fused

@@ -3,5 +3,5 @@
 #include "axial_fused/launch.cuh"
 
 namespace axial_fused {
-const SpecInfo* spec_fp32_1024_16() { return Spec<float, 1024, 16>::info(); }
+static const bool registered = register_spec(Spec<float, 1024, 16>::info());
 }  // namespace axial_fused

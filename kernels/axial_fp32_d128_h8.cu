@@ -3,5 +3,5 @@
 #include "axial_fused/launch.cuh"
 
 namespace axial_fused {
-const SpecInfo* spec_fp32_128_8() { return Spec<float, 128, 8>::info(); }
+static const bool registered = register_spec(Spec<float, 128, 8>::info());
 }  // namespace axial_fused

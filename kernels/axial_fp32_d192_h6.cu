@@ -3,5 +3,5 @@
 #include "axial_fused/launch.cuh"
 
 namespace axial_fused {
-const SpecInfo* spec_fp32_192_6() { return Spec<float, 192, 6>::info(); }
+static const bool registered = register_spec(Spec<float, 192, 6>::info());
 }  // namespace axial_fused

@@ -3,5 +3,5 @@
 #include "axial_fused/launch.cuh"
 
 namespace axial_fused {
-const SpecInfo* spec_fp32_256_4() { return Spec<float, 256, 4>::info(); }
+static const bool registered = register_spec(Spec<float, 256, 4>::info());
 }  // namespace axial_fused

@@ -3,5 +3,5 @@
 #include "axial_fused/launch.cuh"
 
 namespace axial_fused {
-const SpecInfo* spec_fp32_64_8() { return Spec<float, 64, 8>::info(); }
+static const bool registered = register_spec(Spec<float, 64, 8>::info());
 }  // namespace axial_fused

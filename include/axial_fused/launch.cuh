@@ -59,8 +59,8 @@ inline cudaError_t current_device_attribute(int* value) {
 // launch attribute, not __cluster_dims__, which the sm_80 compilation of the same kernel rejects).
 // PDL: launched with programmatic dependent launch on compute capability 9.0 and above (pdl_entry):
 // the Hopper attention kernels that follow K1 in a pass (their launch and first blocks overlap K1's
-// tail), and the Hopper K1 that follows the prep kernel (it runs beside it). Only there: on every
-// launch it is slower (docs/performance.md).
+// tail), and the Hopper K1 that follows the prep kernel (it runs beside it); only there
+// (docs/alternatives.md, PDL on every launch).
 template <auto Kernel, int CLUSTER = 1, bool PDL = false, class... Args>
 inline cudaError_t launch_with_smem(int64_t blocks, int threads, size_t smem, cudaStream_t stream, const Args&... args) {
   if (blocks <= 0) return cudaSuccess;

@@ -109,6 +109,10 @@ struct SpecInfo {
   SpecCaps caps;
 };
 
+// Adds a compiled specialization to the binding's registry: each generated kernels/*.cu calls it once,
+// when the library loads (csrc/pass.cpp).
+bool register_spec(const SpecInfo* spec);
+
 // Whether a plan launches a kernel that reads a tensor map.
 inline bool plan_needs_maps(const KernelPlan& k) {
   return k.k1 == kLnQkvSm90Tma || k.attn == kAttnSm90Tma || k.proj == kOutGemmSm90;

@@ -66,8 +66,8 @@ def reference_pass(x: torch.Tensor, norm_weight, norm_bias, qkv_weight, out_weig
     elif attention == "sdpa" and q.numel() > 0:
         o = F.scaled_dot_product_attention(q, k, v)
     elif attention == "sdpa":
-        # No sequences: torch 2.11's CUDA SDPA returns None for them in 16-bit dtypes (seen on the
-        # H200); plain matmuls give the empty result and its autograd graph.
+        # No sequences: torch 2.11's CUDA SDPA returns None for them in 16-bit dtypes; plain matmuls
+        # give the empty result and its autograd graph.
         o = q @ k.transpose(-1, -2) @ v
     else:
         o = torch.softmax((q @ k.transpose(-1, -2)) / math.sqrt(hd), dim=-1) @ v

@@ -90,7 +90,7 @@ __device__ __forceinline__ void warp_mma_3xtf32(float (&acc)[NT][4], const float
   static_assert(K % 8 == 0, "tf32 tiles are k8");
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   // Not unrolled: with two k steps in flight the fresh accumulators below spill in the fp32 fused
-  // kernels (128 registers); one step at a time has no spills and runs faster.
+  // kernels (128 registers); one step at a time does not (docs/alternatives.md).
 #pragma unroll 1
   for (int k = 0; k < K; k += 8) {
     Tf32Split a[4];

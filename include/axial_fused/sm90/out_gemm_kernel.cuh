@@ -12,11 +12,10 @@
 // warpgroups take 64 rows each, BN / 128 accumulators of wgmma m64n128k16 (both operands in shared
 // memory). The bias and residual of a tile's first 128 columns are loaded before its products
 // (OutEpilogue's addends), the rest's after them; the outputs go out as 16-byte vectors.
-// BN = 256 by default: a chunk then carries 48 KB for 4 MFLOP, 85 flops per byte from L2, against 64
-// at BN = 128 (the tensor rate, 672 TFLOP/s, would need 10.5 TB/s of L2 reads at 64: more than L2
-// gives). Traffic at esm (D = 768, 32768 tokens) per pass: A read 3 times (150 MB), W_out once per
-// row tile (256 x 1.2 MB = 302 MB), against 604 MB of W_out alone in the fused projection of
-// 64-token blocks.
+// BN = 256 where D allows: a chunk then carries 48 KB for 4 MFLOP, 85 flops per byte from L2, against
+// 64 at BN = 128, at which the tensor rate would need more L2 read bandwidth than L2 gives. A is read
+// D / BN times and W_out once per 128-token row tile, where the fused projection of 64-token blocks
+// reads W_out once per 64 tokens.
 #pragma once
 #include <cuda.h>  // CUtensorMap
 
