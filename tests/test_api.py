@@ -10,9 +10,7 @@ import torch
 
 import axial_fused as af
 from axial_fused import _ext, _specs
-from helpers import attention64, make_weights, pass64, rand_x, rel_err, to64
-
-needs_ext = pytest.mark.skipif(_ext.C is None, reason=f"extension not built: {_ext.error}")
+from helpers import DTYPES, attention64, make_weights, pass64, rand_x, rel_err, to64
 
 
 # ---- the reference ------------------------------------------------------------------------------
@@ -278,7 +276,7 @@ def test_error_empty_grid_axes_and_empty_batch(w):
 
 # ---- the registered operator and the compiled set -----------------------------------------------
 
-@needs_ext
+@pytest.mark.needs_ext
 def test_meta_shape_inference():
     x = torch.empty(2, 3, 5, 64, device="meta", dtype=torch.bfloat16)
     ws = [torch.empty(s, device="meta", dtype=torch.bfloat16) for s in [(64,), (64,), (192, 64), (64, 64), (64,)]]
@@ -288,22 +286,20 @@ def test_meta_shape_inference():
     assert y.shape == (2, 5, 3, 64) and y.is_contiguous()
 
 
-@needs_ext
+@pytest.mark.needs_ext
 def test_cpu_tensor_to_op_is_a_clear_error():
     ws = [torch.zeros(s) for s in [(64,), (64,), (192, 64), (64, 64), (64,)]]
     with pytest.raises(NotImplementedError):  # no CPU kernel registered: the dispatcher says so
         torch.ops.axial_fused.axial_pass(torch.zeros(1, 2, 2, 64), *ws, 4, 0, 1e-5)
 
 
-@needs_ext
+@pytest.mark.needs_ext
 def test_compiled_specs_match_install_option():
     option = _ext.C.specs_option()
     expected = {(dict(fp32="float32", fp16="float16", bf16="bfloat16")[dt], d, h)
                 for dt, d, h in _specs.parse_specs(option)}
     assert _ext.specs() == expected
-    assert {(c.dtype, c.dim, c.heads) for c in af.supported_configs()} == {
-        ({"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[dt], d, h)
-        for dt, d, h in expected}
+    assert {(c.dtype, c.dim, c.heads) for c in af.supported_configs()} == {(DTYPES[dt], d, h) for dt, d, h in expected}
     env = os.environ.get("AXIAL_FUSED_SPECS")
     if env is not None:
         assert option == env
@@ -324,7 +320,7 @@ def test_spec_option_parsing():
         with pytest.raises(ValueError):
             _specs.parse_specs(bad)
     assert _specs.parse_archs("80;90a") == ["80", "90a"]
-    assert _specs.parse_archs(None) == ["80+PTX", "90a"]  # release builds carry compute_80 PTX
+    assert _specs.parse_archs(None) == ["80+PTX", "90a"]  # release builds hold compute_80 PTX
     assert _specs.gencode_flag("80+PTX") == "-gencode=arch=compute_80,code=[sm_80,compute_80]"
     assert _specs.gencode_flag("90a") == "-gencode=arch=compute_90a,code=sm_90a"
     for bad in ("sm_90", "90a+PTX", "8", "PTX"):
@@ -370,12 +366,12 @@ def test_bench_feature_inputs():
     from axial_fused import bench
     fi = bench.FeatureInputs(1, 16, 8, 64, 4, torch.float32, device="cpu")
     assert not fi.mask[:, 14:].any() and not fi.mask[..., 7:].any() and fi.mask[:, :14, :7].float().mean() > 0.7
-    for fname, (m_on, b_on, g_on, q_on, res) in bench.FEATURE_SETS.items():
+    for fname, f in bench.FEATURE_SETS.items():
         for axis, L in (("row", 8), ("col", 16)):
             x, pw, kw = fi.call(fname, axis)
             assert (kw["mask"] is not None, kw["bias"] is not None, pw.gate_weight is not None,
-                    pw.qkv_bias is not None, kw["residual"]) == (m_on, b_on, g_on, q_on, res)
-            if b_on:
+                    pw.qkv_bias is not None, kw["residual"]) == (f.mask, f.bias, f.gate, f.qkv_bias, f.residual)
+            if f.bias:
                 assert tuple(kw["bias"].shape) == (1, 4, L, L)
 
 

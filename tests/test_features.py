@@ -8,81 +8,29 @@ uniform attention of a query with no key present, and the bad-input errors of do
 31-40. GPU: every kernel path forced in turn (the fused, two-kernel and Hopper fused paths) and the
 automatic choice, every compiled dtype, the features alone and together, random masks with padded
 tails, fully masked sequences and batch elements, large biases, broadcast and strided bias and mask,
-both passes and the two-pass call, odd lengths, residual=False, and K1's three-block form. Tolerance
-as in test_kernels.py: error(fused vs fp64) <= 2 * error(PyTorch at that dtype vs fp64) + floor,
-outputs poisoned first.
+both passes and the two-pass call, odd lengths, residual=False, and K1's three-block form; the cases
+from axial_fused.cases, each checked by helpers.check (error(fused vs fp64) <= 2 * error(PyTorch at
+that dtype vs fp64) + floor, outputs poisoned first).
 """
 from __future__ import annotations
-
-import warnings
 
 import pytest
 import torch
 
 import axial_fused as af
-from axial_fused import _ext
-from helpers import attention64, force_path, make_weights, pass64, rand_x, rel_err, to64
-
-needs_ext = pytest.mark.skipif(_ext.C is None, reason=f"extension not built: {_ext.error}")
-gpu = pytest.mark.skipif(not torch.cuda.is_available() or _ext.C is None,
-                         reason="needs a CUDA device and the compiled extension")
-
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-FLOOR = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 4e-3}
-FUSED, TWO_KERNEL, FUSED_SM90 = 0, 1, 2
-
-
-def make_mask(B, H, W, device, seed, *, mask_dtype=torch.bool, strided=False, tail=3, negative_zero=False):
-    """A key mask with random holes (30 %), a padded tail on both axes (the last `tail` columns and
-    rows absent, as a padded MSA), one fully absent row (a sequence of the row pass with no key) and,
-    for B > 1, a fully absent batch element."""
-    g = torch.Generator().manual_seed(seed)
-    m = torch.rand(B, H, W, generator=g) > 0.3
-    if W > tail + 1:
-        m[:, :, W - tail:] = False
-    if H > tail + 1:
-        m[:, H - tail:, :] = False
-    m[:, min(1, H - 1), :] = False
-    if B > 1:
-        m[-1] = False
-    if strided:  # the same values through a transposed buffer: strides (H * W, 1, H)
-        m = m.transpose(1, 2).contiguous().transpose(1, 2)
-    if negative_zero:  # a float mask whose absent keys are -0.0 (its sign bit set) and present ones 0.5
-        return torch.where(m, 0.5, -0.0).to(mask_dtype).to(device)
-    return m.to(mask_dtype).to(device)
-
-
-def make_bias(B, heads, L, device, dtype, seed, *, scale=4.0, strided=False):
-    """A logit bias [B, heads, L, L] of large magnitude (scale 4: logit spreads of tens); strided: a
-    transposed view (key stride L)."""
-    g = torch.Generator().manual_seed(seed)
-    b = torch.randn(B, heads, L, L, generator=g, dtype=torch.float64) * scale
-    if strided:
-        b = b.transpose(2, 3).contiguous().transpose(2, 3)
-    return b.to(dtype).to(device)
-
-
-def quiet(fn, *a, **k):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", af.FusedFallbackWarning)
-        return fn(*a, **k)
-
+from axial_fused import cases
+from axial_fused.plan import plan_pass
+from helpers import (DTYPES, OP, PATHS, attention64, check, check_case, every_path, feature_inputs, force_path,
+                     make_bias, make_mask, make_weights, pass64, paths_for, quiet, rand_x, rel_err, small_specs, specs,
+                     tf32, to64)
 
 # ---- CPU: the reference path ----------------------------------------------------------------------
 
-FEATURES = ["mask", "bias", "gate", "qkv_bias", "update_only"]
-COMBOS = [(f,) for f in FEATURES] + [tuple(FEATURES), ("mask", "bias", "gate")]
+# Each feature alone, and several together (cases.FEATURE_SETS but the plain call).
+COMBOS = [f for name, f in cases.FEATURE_SETS.items() if name != "plain"]
 
 
-def feature_inputs(features, B, H, W, dim, heads, dtype, device, seed, axis="row", bias_dtype=None, **kw):
-    w = make_weights(dim, heads, dtype, device, seed=seed, qkv_bias="qkv_bias" in features, gate="gate" in features)
-    mask = make_mask(B, H, W, device, seed + 1, **kw) if "mask" in features else None
-    L = W if axis == "row" else H
-    bias = make_bias(B, heads, L, device, bias_dtype or dtype, seed + 2) if "bias" in features else None
-    return w, mask, bias, "update_only" not in features
-
-
-@pytest.mark.parametrize("features", COMBOS, ids="+".join)
+@pytest.mark.parametrize("features", COMBOS, ids=lambda f: f.name)
 @pytest.mark.parametrize("axis", ["row", "col"])
 def test_reference_features_match_float64(features, axis):
     """The PyTorch reference path (the fallback) with each feature, against pass64."""
@@ -219,9 +167,9 @@ def test_gate_and_qkv_bias_rejected():
         _api_case(x, w, residual=0)
 
 
-@needs_ext
+@pytest.mark.needs_ext
 def test_op_meta_rejects_features():
-    """The registered operator's fake (shape-only) kernel: the same checks, names carrying the pass."""
+    """The registered operator's fake (shape-only) kernel: the same checks, the names prefixed by the pass."""
     D, H, W = 64, 3, 5
     x = torch.empty(2, H, W, D, device="meta", dtype=torch.bfloat16)
     ws = [torch.empty(s, device="meta", dtype=torch.bfloat16) for s in [(D,), (D,), (3 * D, D), (D, D), (D,)]]
@@ -294,8 +242,6 @@ def test_bias_weight_rejected():
 
 # ---- CPU: the operator with the features (its registrations, compile, export) --------------------
 
-OP = torch.ops.axial_fused
-
 
 def _feature_args(op, dtype=torch.float64, device="cpu", requires_grad=False, tri=False):
     """Positional arguments of the op with every optional tensor given (a float32 bias: the other
@@ -313,7 +259,7 @@ def _feature_args(op, dtype=torch.float64, device="cpu", requires_grad=False, tr
     return (x, *row[:5], *col[:5], heads, w.eps, *row[5:8], *col[5:8], mask, rb, cb, False, row[8], col[8]), w
 
 
-@needs_ext
+@pytest.mark.needs_ext
 @pytest.mark.parametrize("tri", [False, True], ids=["bias", "bias_weight"])
 @pytest.mark.parametrize("op", ["axial_attention", "axial_pass"])
 def test_opcheck_with_features(op, tri):
@@ -326,7 +272,7 @@ def test_opcheck_with_features(op, tri):
     torch.library.opcheck(getattr(OP, op).default, args)
 
 
-@needs_ext
+@pytest.mark.needs_ext
 def test_op_autograd_kernel_with_features_matches_float64():
     """The op's Autograd kernel (PyTorch ops) with every feature, against pass64, and its gradients
     by gradcheck."""
@@ -355,34 +301,6 @@ class FeaturePass(torch.nn.Module):
         upd = af.axial_pass(x, self.w.row, num_heads=self.w.num_heads, axis="row", mask=mask, bias=bias,
                             residual=False, strict=True)
         return af.axial_attention(x + upd, self.w, mask=mask, col_bias=None, strict=True)
-
-
-def _stand_in_pass(x, nw, nb, qkv, ow, ob, heads, axis, eps, qb=None, gw=None, gb=None, mask=None, bias=None,
-                   residual=True, bw=None):
-    """CPU kernel for the op in these tests: the reference, contiguous as the CUDA kernel's output."""
-    return af.reference.reference_pass(x, nw, nb, qkv, ow, ob, qb, gw, gb, bw, num_heads=heads,
-                                       axis="row" if axis == 0 else "col", eps=eps, mask=mask, bias=bias,
-                                       residual=residual).contiguous()
-
-
-def _stand_in_attention(x, *a):
-    row, col, heads, eps, ropt, copt = a[:5], a[5:10], a[10], a[11], a[12:15], a[15:18]
-    mask, rb, cb, residual, rbw, cbw = (a[18:24] + (None, None, None, True, None, None)[len(a[18:24]):])
-    y = _stand_in_pass(x, *row, heads, 0, eps, *ropt, mask, rb, residual, rbw)
-    return _stand_in_pass(y, *col, heads, 1, eps, *copt, mask, cb, residual, cbw)
-
-
-@pytest.fixture
-def fused_on_cpu(monkeypatch):
-    """CPU calls take the fused branch (the op, with the stand-in kernels) for the test's duration."""
-    if _ext.C is None:
-        pytest.skip(f"extension not built: {_ext.error}")
-    import axial_fused.functional as F_
-    monkeypatch.setattr(F_, "_reason", lambda *a, **k: None)
-    with torch.library._scoped_library("axial_fused", "IMPL") as lib:
-        lib.impl("axial_pass", _stand_in_pass, "CPU")
-        lib.impl("axial_attention", _stand_in_attention, "CPU")
-        yield
 
 
 def _feature_model():
@@ -424,76 +342,19 @@ def test_export_with_features_save_load(fused_on_cpu, tmp_path):
 
 # ---- GPU: every path ------------------------------------------------------------------------------
 
-def specs():
-    return sorted(_ext.specs(), key=lambda s: (s[1], s[2], s[0])) if _ext.C is not None else []
+# Every feature together, and without the gate (which the Hopper fused kernel has not).
+EVERY_PATH_FEATURES = (cases.ALL, cases.UNGATED)
 
 
-def hopper_fused_serves(dt, dim, heads):
-    return (torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0) and dt != "float32"
-            and dim // heads == 32 and heads % 2 == 0 and dim <= 256)
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", every_path(specs(), cases.SHAPES["features"], EVERY_PATH_FEATURES, fns=("row", "col")),
+                         ids=lambda c: c.id)
+def test_features_every_path(case):
+    check_case(case, seed=case.input_seed)
 
 
-def run_case(dt, dim, heads, B, H, W, features, *, fn="pass", axis="row", path=-1, seed=0, **mask_kw):
-    dtype = DTYPES[dt]
-    w, mask, bias, residual = feature_inputs(features, B, H, W, dim, heads, dtype, "cuda", seed, axis,
-                                             bias_dtype=torch.float32 if seed % 2 else dtype, **mask_kw)
-    x = rand_x((B, H, W, dim), dtype, "cuda", seed + 3)
-    w64 = to64(w)
-    if fn == "pass":
-        ref = pass64(x, w64.row, heads, axis, w.eps, mask, bias, residual)
-        torch_out = af.reference.reference_pass(x, *w.row, num_heads=heads, axis=axis, eps=w.eps, mask=mask,
-                                                bias=bias, residual=residual)
-        call = lambda: af.axial_pass(x, w.row, num_heads=heads, axis=axis, eps=w.eps, mask=mask, bias=bias,
-                                     residual=residual, strict=True)
-    else:
-        cb = make_bias(1, heads, H, "cuda", dtype, seed + 5) if bias is not None else None
-        ref = attention64(x, w64, mask, bias, cb, residual)
-        y = af.reference.reference_pass(x, *w.row, num_heads=heads, axis="row", eps=w.eps, mask=mask, bias=bias,
-                                        residual=residual)
-        torch_out = af.reference.reference_pass(y, *w.col, num_heads=heads, axis="col", eps=w.eps, mask=mask,
-                                                bias=cb, residual=residual)
-        call = lambda: af.axial_attention(x, w, mask=mask, row_bias=bias, col_bias=cb, residual=residual, strict=True)
-    torch.full((x.numel() * 8,), float("nan"), device="cuda")  # poison the allocator's free blocks
-    torch.cuda.synchronize()
-    with torch.inference_mode(), force_path(path):
-        try:
-            out = call()
-        except RuntimeError as e:
-            if "do not fit in one block's shared memory" in str(e) or "Hopper fused path was forced" in str(e):
-                pytest.skip(str(e)[:120])
-            raise
-    torch.cuda.synchronize()
-    err, torch_err = rel_err(out, ref), rel_err(torch_out, ref)
-    tol = 1e-5 if dtype == torch.float32 and not torch.backends.cuda.matmul.allow_tf32 else 2 * torch_err + FLOOR[dtype]
-    assert err <= tol, f"error {err:.3g} > tolerance {tol:.3g} (PyTorch at {dt}: {torch_err:.3g})"
-
-
-def _gpu_cases():
-    cases = []
-    for i, (dt, dim, heads) in enumerate(specs()):
-        paths = [FUSED, TWO_KERNEL, -1] + ([FUSED_SM90] if hopper_fused_serves(dt, dim, heads) else [])
-        for path in paths:
-            for combo in (tuple(FEATURES), ("mask", "bias", "qkv_bias")):
-                if path == FUSED_SM90 and "gate" in combo:
-                    continue
-                cases.append((dt, dim, heads, path, combo))
-    return cases
-
-
-@gpu
-@pytest.mark.parametrize("dt,dim,heads,path,features", _gpu_cases(), ids=lambda v: "+".join(v) if isinstance(v, tuple) else str(v))
-@pytest.mark.parametrize("shape", [(2, 33, 7), (1, 5, 100), (2, 64, 129)], ids=str)
-def test_features_every_path(dt, dim, heads, path, features, shape):
-    B, H, W = shape
-    if path == FUSED_SM90 and max(H, W) > 128:
-        pytest.skip("the Hopper fused kernel takes sequences of at most 128 tokens")
-    seed = hash((dt, dim, heads, path, features, shape)) % 10_000
-    for axis in ("row", "col"):
-        run_case(dt, dim, heads, B, H, W, features, axis=axis, path=path, seed=seed)
-
-
-@gpu
-@pytest.mark.parametrize("dt,dim,heads", specs(), ids=lambda v: str(v))
+@pytest.mark.gpu
+@pytest.mark.parametrize("dt,dim,heads", specs(), ids=str)
 def test_bias_weight_every_path(dt, dim, heads):
     """bias_weight on every path, each pass, with a mask (and the gate, but on the Hopper fused path,
     which has none): where the Hopper attention kernel reads the bias prepared, K1 writes it from its
@@ -501,93 +362,61 @@ def test_bias_weight_every_path(dt, dim, heads):
     none); elsewhere the pair-bias kernel computes it first. Against pass64 (the triangle bias as
     AF2's Algorithms 13 and 14 write it)."""
     dtype = DTYPES[dt]
-    paths = [FUSED, TWO_KERNEL, -1] + ([FUSED_SM90] if hopper_fused_serves(dt, dim, heads) else [])
     for gate in (True, False):
         w = make_weights(dim, heads, dtype, "cuda", seed=dim + heads + gate, gate=gate, bias_weight=True)
-        w64 = to64(w)
         for B, L in ((2, 37), (1, 128)):
             x = rand_x((B, L, L, dim), dtype, "cuda", L + gate)
             mask = make_mask(B, L, L, "cuda", L + 1)
-            for axis, pw, pw64 in (("row", w.row, w64.row), ("col", w.col, w64.col)):
-                ref = pass64(x, pw64, heads, axis, w.eps, mask, residual=False)
-                torch_err = rel_err(af.reference.reference_pass(x, *pw, num_heads=heads, axis=axis, eps=w.eps,
-                                                                mask=mask, residual=False), ref)
-                tol = 1e-5 if dtype == torch.float32 and not torch.backends.cuda.matmul.allow_tf32 else \
-                    2 * torch_err + FLOOR[dtype]
-                for path in paths:
-                    if (path == FUSED_SM90) == gate:  # (the Hopper fused kernel has no gate; it alone runs ungated)
+            for axis in ("row", "col"):
+                one = w._replace(row=getattr(w, axis))  # (check's single pass takes w.row)
+                for path in paths_for((dt, dim, heads)):
+                    if (path == "fused_sm90") == gate:  # (the Hopper fused kernel has no gate; it alone runs ungated)
                         continue
-                    torch.full((x.numel() * 8,), float("nan"), device="cuda")  # poison the free blocks
-                    with torch.inference_mode(), force_path(path):
-                        try:
-                            out = af.axial_pass(x, pw, num_heads=heads, axis=axis, eps=w.eps, mask=mask,
-                                                residual=False, strict=True)
-                        except RuntimeError as e:
-                            if "do not fit in one block's shared memory" in str(e) or "was forced" in str(e):
-                                continue
-                            raise
-                    err = rel_err(out, ref)
-                    assert err <= tol, f"{axis} L {L} path {path} gate {gate}: error {err:.3g} > {tol:.3g}"
+                    with force_path(path), tf32(False):
+                        check(x, one, "pass", axis, unserved_ok=True, what=f"{axis} L {L} path {path} gate {gate}: ",
+                              mask=mask, residual=False)
         if gate:
-            with torch.inference_mode():
-                out = af.axial_attention(x, w, mask=mask, strict=True)
-            y = af.reference.reference_pass(x, *w.row, num_heads=heads, axis="row", eps=w.eps, mask=mask)
-            torch_out = af.reference.reference_pass(y, *w.col, num_heads=heads, axis="col", eps=w.eps, mask=mask)
-            ref = attention64(x, w64, mask)
-            assert rel_err(out, ref) <= 2 * rel_err(torch_out, ref) + FLOOR[dtype]
+            with tf32(False):
+                check(x, w, mask=mask)
 
 
 def _k1_three_specs():
-    found = [s for s in specs() if s[0] != "float32" and s[1] <= 128] if torch.cuda.is_available() else []
+    found = specs(lambda dt, d, h: dt != "float32" and d <= 128) if torch.cuda.is_available() else []
     return found or [pytest.param(None, None, None, marks=pytest.mark.skip(reason="no 16-bit D <= 128 spec"))]
 
 
-@gpu
-@pytest.mark.parametrize("dt,dim,heads", _k1_three_specs(), ids=lambda v: str(v))
+@pytest.mark.gpu
+@pytest.mark.parametrize("dt,dim,heads", _k1_three_specs(), ids=str)
 def test_k1_three_block_form(dt, dim, heads):
     """K1's three-block form (the planner's at D <= 128 on sm_90a where its waves fill the SMs better):
     a grid of 192 x 192 tokens (288 blocks of 128 tokens), both passes, with every feature, and with
     the triangle bias from the pass's own LayerNorm output, against float64."""
-    props = torch.cuda.get_device_properties(0)
-    if _ext.C.k1_per_sm(dt, dim, heads, 192, 192, 90, True, props.multi_processor_count,
-                        _ext.C.device_smem_optin(0)) != 3 or torch.cuda.get_device_capability() != (9, 0):
+    if torch.cuda.get_device_capability() != (9, 0) or \
+            plan_pass(DTYPES[dt], dim, heads, 192, 192, 0, path="two_kernel").k1_per_sm != 3:
         pytest.skip("the planner gives this GPU two K1 blocks an SM at 192 x 192")
     for axis in ("row", "col"):
-        run_case(dt, dim, heads, 1, 192, 192, tuple(FEATURES), axis=axis, seed=dim + heads)
-    dtype = DTYPES[dt]
-    w = make_weights(dim, heads, dtype, "cuda", seed=dim, gate=True, bias_weight=True)
-    x, mask = rand_x((1, 192, 192, dim), dtype, "cuda", 5), make_mask(1, 192, 192, "cuda", 6)
-    for axis, pw, pw64 in (("row", w.row, to64(w).row), ("col", w.col, to64(w).col)):
-        ref = pass64(x, pw64, heads, axis, w.eps, mask, residual=False)
-        torch_err = rel_err(af.reference.reference_pass(x, *pw, num_heads=heads, axis=axis, eps=w.eps, mask=mask,
-                                                        residual=False), ref)
-        torch.full((x.numel() * 8,), float("nan"), device="cuda")  # poison the free blocks
-        with torch.inference_mode():
-            out = af.axial_pass(x, pw, num_heads=heads, axis=axis, eps=w.eps, mask=mask, residual=False, strict=True)
-        assert rel_err(out, ref) <= 2 * torch_err + FLOOR[dtype], axis
+        check_case(cases.Case(dt, dim, heads, 1, 192, 192, cases.ALL, fn=axis), seed=dim + heads)
+    w = make_weights(dim, heads, DTYPES[dt], "cuda", seed=dim, gate=True, bias_weight=True)
+    x, mask = rand_x((1, 192, 192, dim), DTYPES[dt], "cuda", 5), make_mask(1, 192, 192, "cuda", 6)
+    for axis in ("row", "col"):
+        check(x, w._replace(row=getattr(w, axis)), "pass", axis, what=f"{axis}: ", mask=mask, residual=False)
 
 
-@gpu
-@pytest.mark.parametrize("features", COMBOS, ids="+".join)
-@pytest.mark.parametrize("path", [FUSED, TWO_KERNEL])
-def test_each_feature_alone(features, path):
-    for dt in ("float32", "bfloat16", "float16"):
-        cands = [s for s in specs() if s[0] == dt]
-        if not cands:
-            continue
-        _, dim, heads = min(cands, key=lambda s: s[1])
-        run_case(dt, dim, heads, 3, 31, 9, features, axis="col", path=path, seed=len(features) * 7 + path)
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", cases.grid(small_specs(), [(3, 31, 9)], COMBOS, ("fused", "two_kernel"), ("col",)),
+                         ids=lambda c: c.id)
+def test_each_feature_alone(case):
+    check_case(case, seed=case.input_seed)
 
 
-@gpu
-@pytest.mark.parametrize("path", [FUSED, TWO_KERNEL, -1])
-def test_two_pass_call(path):
-    for dt, dim, heads in specs()[:6]:
-        run_case(dt, dim, heads, 2, 17, 40, tuple(FEATURES), fn="attention", path=path, seed=dim + path)
-        run_case(dt, dim, heads, 2, 17, 40, ("mask", "bias"), fn="attention", path=path, seed=dim + path + 1)
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", cases.grid(specs()[:6], [(2, 17, 40)], (cases.ALL, cases.Features.of("mask", "bias")),
+                                            ("fused", "two_kernel", "auto")), ids=lambda c: c.id)
+def test_two_pass_call(case):
+    check_case(case, seed=case.input_seed)
 
 
-@gpu
+@pytest.mark.gpu
 @pytest.mark.parametrize("kw", [dict(strided=True), dict(mask_dtype=torch.float32), dict(mask_dtype=torch.uint8),
                                 dict(mask_dtype=torch.bfloat16, strided=True), dict(mask_dtype=torch.float16),
                                 dict(mask_dtype=torch.float32, strided=True, negative_zero=True),
@@ -596,14 +425,14 @@ def test_two_pass_call(path):
 def test_mask_layouts(kw):
     """Every mask dtype through strides on every path (the two-kernel path reads bool, uint8 and
     16- and 32-bit float masks as they are, by element size; the others get a bool copy)."""
-    for dt, dim, heads in specs()[:4]:
-        for path in (FUSED, TWO_KERNEL, -1):
-            run_case(dt, dim, heads, 2, 21, 12, ("mask",), axis="col", path=path, seed=3, **kw)
-            run_case(dt, dim, heads, 2, 21, 12, ("mask",), axis="row", path=path, seed=4, **kw)
+    for case in cases.grid(specs()[:4], [(2, 21, 12)], [cases.FEATURE_SETS["mask"]], ("fused", "two_kernel", "auto"),
+                           ("col", "row")):
+        check_case(case, seed=3 if case.fn == "col" else 4, skip_unserved=False, **kw)
 
 
-@gpu
-@pytest.mark.parametrize("features", [("mask",), ("mask", "bias", "gate")], ids="+".join)
+@pytest.mark.gpu
+@pytest.mark.parametrize("features", [cases.FEATURE_SETS["mask"], cases.FEATURE_SETS["mask+bias+gate"]],
+                         ids=lambda f: f.name)
 def test_absent_key_tiles(features):
     """Masks whose sequences end in whole 64-key chunks of absent keys, which the Hopper attention
     kernel skips (present_key_end): row length 300 with the keys from 150 on absent (the chunks from
@@ -611,14 +440,14 @@ def test_absent_key_tiles(features):
     absent sequences and a fully absent batch element, which keep every chunk. Row length 2100 takes
     the bfloat16 mask by selects (past kMaskMmaMaxLen) where the shorter ones take it on the tensor
     cores."""
-    for dt, dim, heads in specs()[:4]:
-        for path in (TWO_KERNEL, -1):
-            for axis in ("row", "col"):
-                run_case(dt, dim, heads, 2, 200, 300, features, axis=axis, path=path, seed=11 + path, tail=150)
-            run_case(dt, dim, heads, 1, 3, 2100, features, axis="row", path=path, seed=13 + path, tail=700)
+    paths = ("two_kernel", "auto")
+    for case in cases.grid(specs()[:4], [(2, 200, 300)], [features], paths, ("row", "col")):
+        check_case(case, seed=11 + PATHS[case.path], skip_unserved=False, tail=150)
+    for case in cases.grid(specs()[:4], [(1, 3, 2100)], [features], paths, ("row",)):
+        check_case(case, seed=13 + PATHS[case.path], skip_unserved=False, tail=700)
 
 
-@gpu
+@pytest.mark.gpu
 def test_bias_layouts():
     """Broadcast (batch 1, and a stride-0 expand) and strided (transposed) bias, float32 and x's dtype."""
     for dt, dim, heads in specs()[:4]:
@@ -628,15 +457,7 @@ def test_bias_layouts():
         x = rand_x((B, H, W, dim), dtype, "cuda", 32)
         for bias in (make_bias(1, heads, W, "cuda", dtype, 33), make_bias(1, heads, W, "cuda", torch.float32, 34).expand(B, -1, -1, -1),
                      make_bias(B, heads, W, "cuda", dtype, 35, strided=True), make_bias(B, heads, W, "cuda", torch.float32, 36)[..., ::1]):
-            ref = pass64(x, to64(w).row, heads, "row", w.eps, None, bias)
-            torch_err = rel_err(af.reference.reference_pass(x, *w.row, num_heads=heads, axis="row", eps=w.eps, bias=bias), ref)
-            for path in (FUSED, TWO_KERNEL, -1):
-                with torch.inference_mode(), force_path(path):
-                    try:
-                        out = af.axial_pass(x, w.row, num_heads=heads, axis="row", eps=w.eps, bias=bias, strict=True)
-                    except RuntimeError as e:
-                        if "do not fit" in str(e):
-                            continue
-                        raise
-                tol = 1e-5 if dtype == torch.float32 and not torch.backends.cuda.matmul.allow_tf32 else 2 * torch_err + FLOOR[dtype]
-                assert rel_err(out, ref) <= tol, (dt, dim, path, tuple(bias.stride()))
+            for path in ("fused", "two_kernel", "auto"):
+                with force_path(path), tf32(False):
+                    check(x, w, "pass", "row", unserved_ok=True, what=f"{dt} {dim} {path} {tuple(bias.stride())}: ",
+                          bias=bias)

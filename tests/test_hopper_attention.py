@@ -3,50 +3,39 @@
 9.0 GPU.
 
 It takes blocks of 128 queries (64 above D = 256) of one sequence and streams that sequence's keys
-and values in tiles of 128 (head_dim 32) or 64 (head_dim 64), so the lengths below cover one partial
-tile, whole tiles, a last partial tile and many tiles, on both axes. Same tolerance as
-tests/test_kernels.py (strict=True, NaN-poisoned allocator, float64 reference).
+and values in tiles of 128 (head_dim 32) or 64 (head_dim 64), so the lengths (cases.SHAPES["attn_sm90"])
+cover one partial tile, whole tiles, a last partial tile and many tiles, on both axes. Checked as the
+other kernel tests (helpers.check).
 """
 from __future__ import annotations
 
 import pytest
 import torch
 
-from axial_fused import _ext
-from helpers import make_weights, rand_x
-from test_kernels import DTYPES, MAX_ELEMS, check, force_path, specs, tf32
-from test_hopper_fused import hopper_ready, kernels_launched
-from test_kernel_edge_cases import check_nonfinite_isolated, run
+from axial_fused import cases
+from helpers import (DTYPES, MAX_ELEMS, attn_sm90_specs, check, check_nonfinite_isolated, force_path,
+                     kernels_launched, make_weights, rand_x, run, tf32)
 
-TWO_KERNEL = 1  # kPathTwoKernel
+pytestmark = [pytest.mark.gpu, pytest.mark.hopper]
 
 
-def served_specs():
-    return [s for s in specs() if s[0] != "float32" and s[1] // s[2] in (32, 64)] if hopper_ready() else []
-
-
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not hopper_ready(), reason="needs sm_90a code on a 9.0 GPU")]
-
-
-# (B, H, W): the row pass has length W, the column pass H. Lengths: 1, 7 (one short tile), 64 and 128
-# (whole tiles), 100 and 129, 200, 300 (last tile partial), 256 and 512 (msa), 1000 (many tiles).
-SHAPES = [(2, 1, 7), (1, 64, 129), (1, 100, 128), (1, 256, 3), (1, 200, 300), (1, 512, 2), (1, 2, 1000)]
-
-
-@pytest.mark.parametrize("dt,dim,heads", served_specs(), ids=lambda v: str(v))
-@pytest.mark.parametrize("B,H,W", SHAPES, ids=lambda v: str(v))
-def test_against_float64(dt, dim, heads, B, H, W):
+@pytest.mark.parametrize("case", cases.grid(attn_sm90_specs(), cases.SHAPES["attn_sm90"], paths=("two_kernel",)),
+                         ids=lambda c: c.id)
+def test_against_float64(case):
+    """Both passes at lengths over one partial tile, whole tiles, a last partial tile and many tiles (the
+    row pass has length W, the column pass H; cases.SHAPES), W cut to keep B * H * W * D <= MAX_ELEMS."""
+    B, H, W, dim = case.shape
     if B * H * W * dim > MAX_ELEMS:
         W = max(1, MAX_ELEMS // (B * H * dim))
-    dtype = DTYPES[dt]
-    w = make_weights(dim, heads, dtype, "cuda", seed=B * 7 + H * 3 + W)
+    dtype = DTYPES[case.dtype]
+    w = make_weights(dim, case.heads, dtype, "cuda", seed=B * 7 + H * 3 + W)
     x = rand_x((B, H, W, dim), dtype, "cuda", seed=H * 5 + W)
-    with force_path(TWO_KERNEL), tf32(False):
+    with force_path(case.path), tf32(False):
         check(x, w)
 
 
 def first_served(head_dim: int, seed: int, pick=min):
-    cands = [s for s in served_specs() if s[1] // s[2] == head_dim]
+    cands = [s for s in attn_sm90_specs() if s[1] // s[2] == head_dim]
     if not cands:
         pytest.skip(f"no head_dim-{head_dim} 16-bit specialization compiled")
     dt, dim, heads = pick(cands, key=lambda s: s[1])
@@ -61,7 +50,7 @@ def first_served(head_dim: int, seed: int, pick=min):
 def test_strided_x_and_in_place_column_pass(head_dim, pick):
     w, dim, dtype = first_served(head_dim, seed=3, pick=pick)
     big = rand_x((2, 160, 150, dim), dtype, "cuda", seed=4)
-    with force_path(TWO_KERNEL), tf32(False):
+    with force_path("two_kernel"), tf32(False):
         check(big[:, 3:140, 5:145], w)
 
 
@@ -75,7 +64,7 @@ def test_nan_inf_stay_in_their_sequence(case, bad, which):
     span sequences."""
     head_dim, pick = which
     w, dim, dtype = first_served(head_dim, seed=12, pick=pick)
-    check_nonfinite_isolated(case, bad, w, dim, dtype, TWO_KERNEL)
+    check_nonfinite_isolated(case, bad, w, dim, dtype, "two_kernel")
 
 
 @pytest.mark.parametrize("pick", [min, max], ids=["smallest-D", "largest-D"])

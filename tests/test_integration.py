@@ -8,7 +8,6 @@ the Python decision. GPU tests (marked gpu) need CUDA and the extension and run 
 """
 from __future__ import annotations
 
-import os
 import warnings
 
 import pytest
@@ -16,9 +15,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import axial_fused as af
-from axial_fused import _ext
 from axial_fused import functional as F_
-from helpers import attention64, make_weights, rand_x, rel_err, to64
+from helpers import DTYPES, FLOOR, OP, attention64, force_path, make_weights, rand_x, rel_err, small_spec, to64
 
 
 def assert_same_grads(out, model, ref, x, tol):
@@ -29,20 +27,6 @@ def assert_same_grads(out, model, ref, x, tol):
     ref_grads = torch.autograd.grad(ref(x), [x, *ref.parameters()], g)
     for a, b in zip(grads, ref_grads):
         assert rel_err(a, b) < tol
-
-
-needs_ext = pytest.mark.skipif(_ext.C is None, reason=f"extension not built: {_ext.error}")
-_no_gpu = pytest.mark.skipif(not torch.cuda.is_available() or _ext.C is None,
-                             reason="needs a CUDA device and the compiled extension")
-
-
-def gpu(test):
-    """Marks a GPU test: marked gpu, skipped without CUDA or the extension."""
-    return pytest.mark.gpu(_no_gpu(test))
-
-
-FLOOR_BF16 = 4e-3
-OP = torch.ops.axial_fused
 
 
 def op_args(x, w):
@@ -94,7 +78,7 @@ class OpLog(TorchDispatchMode):
 
 # ---- CPU: the op's registrations ------------------------------------------------------------------
 
-@needs_ext
+@pytest.mark.needs_ext
 def test_opcheck_meta():
     """Schema, fake tensor and AOT dispatch of the shape-only implementation, on meta tensors."""
     w = weights_like(make_weights(64, 4), device="meta")
@@ -103,7 +87,7 @@ def test_opcheck_meta():
     torch.library.opcheck(OP.axial_pass.default, (x.transpose(1, 2), *w.row[:5], 4, 1, w.eps))
 
 
-@needs_ext
+@pytest.mark.needs_ext
 @pytest.mark.parametrize("op", ["axial_attention", "axial_pass"])
 def test_opcheck_autograd_kernel_on_cpu(op):
     """With inputs requiring grad the op's Autograd kernel computes the reference math in PyTorch ops (on
@@ -115,7 +99,7 @@ def test_opcheck_autograd_kernel_on_cpu(op):
     torch.library.opcheck(getattr(OP, op).default, args)
 
 
-@needs_ext
+@pytest.mark.needs_ext
 def test_op_autograd_kernel_gradcheck_float64():
     """float64 gradcheck of the op itself (its Autograd kernel) and its value against the
     independent float64 reference."""
@@ -189,33 +173,7 @@ def test_autocast_cpu_accepts_mixed_dtypes_like_the_reference_model():
         model(x)  # without autocast the dtype mismatch is still an error
 
 
-# ---- CPU: the fused branch, with a stand-in CPU kernel for the op -----------------------------------
-
-def _stand_in_attention(x, *args):
-    """CPU kernel for the op in these tests: the reference, returned contiguous as the CUDA kernel's."""
-    row, col, heads, eps = args[:5], args[5:10], args[10], args[11]
-    y = af.reference.reference_pass(x, *row, num_heads=heads, axis="row", eps=eps)
-    return af.reference.reference_pass(y, *col, num_heads=heads, axis="col", eps=eps).contiguous()
-
-
-def _reason_fused_on_cpu(x, passes, dim, num_heads, biases=()):
-    """The decision with the CPU standing in for a GPU: fused unless gradients are required."""
-    if torch.is_grad_enabled() and (x.requires_grad or any(t is not None and t.requires_grad
-                                                           for ts in (*passes, biases) for t in ts)):
-        return "gradients are required"
-    return None
-
-
-@pytest.fixture
-def fused_on_cpu(monkeypatch):
-    """CPU calls take the fused branch (the op, with the stand-in kernel) for the test's duration."""
-    if _ext.C is None:
-        pytest.skip(f"extension not built: {_ext.error}")
-    monkeypatch.setattr(F_, "_reason", _reason_fused_on_cpu)
-    with torch.library._scoped_library("axial_fused", "IMPL") as lib:
-        lib.impl("axial_attention", _stand_in_attention, "CPU")
-        yield
-
+# ---- CPU: the fused branch, with stand-in CPU kernels for the ops (conftest's fused_on_cpu) -------------
 
 def test_compile_fullgraph_fused_branch(fused_on_cpu):
     """The fused branch compiles with fullgraph=True: the graph holds our op (twice in the small
@@ -259,22 +217,17 @@ def test_eager_call_runs_no_tensor_ops_besides_the_op(fused_on_cpu):
 
 # ---- GPU ---------------------------------------------------------------------------------------------
 
-def _spec(dtype_name="bfloat16"):
-    cands = [s for s in _ext.specs() if s[0] == dtype_name]
-    return min(cands, key=lambda s: s[1]) if cands else pytest.skip(f"no {dtype_name} spec compiled")
+def _gpu_model(dt="bfloat16", seed=0, block=af.AxialAttention, **kw):
+    _, dim, heads = small_spec(dt)
+    return randomize(block(dim, heads, **kw), seed=seed).to("cuda", DTYPES[dt]), dim
 
 
-def _gpu_model(dtype=torch.bfloat16, seed=0, block=af.AxialAttention, **kw):
-    _, dim, heads = _spec({torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}[dtype])
-    return randomize(block(dim, heads, **kw), seed=seed).to("cuda", dtype), dim
-
-
-@gpu
+@pytest.mark.gpu
 @pytest.mark.parametrize("grad", [False, True], ids=["no_grad_inputs", "grad_inputs"])
 @pytest.mark.parametrize("dt", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("op", ["axial_attention", "axial_pass"])
 def test_opcheck_cuda(op, dt, grad):
-    _, dim, heads = _spec(dt)
+    _, dim, heads = small_spec(dt)
     dtype = getattr(torch, dt)
     w = weights_like(make_weights(dim, heads, seed=19), device="cuda", dtype=dtype, requires_grad=grad)
     x = rand_x((2, 9, 12, dim), dtype, "cuda", seed=20).requires_grad_(grad)
@@ -282,10 +235,10 @@ def test_opcheck_cuda(op, dt, grad):
     torch.library.opcheck(getattr(OP, op).default, args)
 
 
-@gpu
+@pytest.mark.gpu
 @pytest.mark.parametrize("layout", ["contiguous", "transposed", "odd_slice"])
 def test_output_strides_match_fake(layout):
-    _, dim, heads = _spec()
+    _, dim, heads = small_spec()
     w = weights_like(make_weights(dim, heads, seed=21), device="cuda", dtype=torch.bfloat16)
     big = rand_x((2, 12, 10, dim + 1), torch.bfloat16, "cuda", seed=22)
     x = {"contiguous": big[..., :dim].contiguous(), "transposed": big[..., :dim].contiguous().transpose(1, 2),
@@ -298,7 +251,7 @@ def test_output_strides_match_fake(layout):
     assert out.shape == meta.shape and out.stride() == meta.stride() and out.dtype == meta.dtype
 
 
-@gpu
+@pytest.mark.gpu
 @pytest.mark.parametrize("mode", [None, "reduce-overhead", "max-autotune-no-cudagraphs"])
 def test_compile_fullgraph_cuda(mode):
     """AxialAttention alone and in the small model: fullgraph, our op in the graph, result = eager."""
@@ -316,7 +269,7 @@ def test_compile_fullgraph_cuda(mode):
             assert rel_err(got, want) <= tol, (m.__class__.__name__, rel_err(got, want))
 
 
-@gpu
+@pytest.mark.gpu
 def test_export_save_load_cuda(tmp_path):
     model, dim = _gpu_model(seed=26, strict=True)
     x = rand_x((2, 16, 20, dim), torch.bfloat16, "cuda", seed=27)
@@ -329,54 +282,46 @@ def test_export_save_load_cuda(tmp_path):
         assert torch.equal(loaded.module()(x), model(x))
 
 
-@gpu
-@pytest.mark.parametrize("path", [0, 1], ids=["fused", "two_kernel"])
+@pytest.mark.gpu
+@pytest.mark.parametrize("path", ["fused", "two_kernel"])
 def test_cuda_graph_capture_replay(path):
     """Captured in a CUDA graph (global capture mode: a cudaMalloc or a host sync would fail the
     capture) and replayed on new data, the op gives the eager result, on both kernel paths."""
     model, dim = _gpu_model(seed=28, strict=True)
     static_x = rand_x((2, 20, 30, dim), torch.bfloat16, "cuda", seed=29)
-    _ext.C.set_path_override(path)
-    try:
-        with torch.inference_mode():
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                model(static_x)  # warm-up off the capture
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                static_out = model(static_x)
-            new_x = rand_x(static_x.shape, torch.bfloat16, "cuda", seed=30)
-            static_x.copy_(new_x)
-            graph.replay()
-            torch.cuda.synchronize()
-            assert torch.equal(static_out, model(new_x))
-    finally:
-        _ext.C.set_path_override(-1)
+    with force_path(path), torch.inference_mode():
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            model(static_x)  # warm-up off the capture
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_out = model(static_x)
+        new_x = rand_x(static_x.shape, torch.bfloat16, "cuda", seed=30)
+        static_x.copy_(new_x)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(static_out, model(new_x))
 
 
-@gpu
-@pytest.mark.parametrize("path", [0, 1], ids=["fused", "two_kernel"])
+@pytest.mark.gpu
+@pytest.mark.parametrize("path", ["fused", "two_kernel"])
 def test_no_host_sync(path):
     model, dim = _gpu_model(seed=31, strict=True)
     x = rand_x((2, 20, 30, dim), torch.bfloat16, "cuda", seed=32)
-    _ext.C.set_path_override(path)
-    try:
-        with torch.inference_mode():
-            model(x)  # first call fills the per-device caches (device queries may sync once)
-            torch.cuda.set_sync_debug_mode("error")
-            try:
-                model(x)
-                af.axial_pass(x, af.AxialWeights.from_module(model).row, num_heads=model.num_heads, axis="col",
-                              strict=True)
-            finally:
-                torch.cuda.set_sync_debug_mode("default")
-    finally:
-        _ext.C.set_path_override(-1)
+    with force_path(path), torch.inference_mode():
+        model(x)  # first call fills the per-device caches (device queries may sync once)
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            model(x)
+            af.axial_pass(x, af.AxialWeights.from_module(model).row, num_heads=model.num_heads, axis="col",
+                          strict=True)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
 
 
-@gpu
+@pytest.mark.gpu
 def test_non_default_stream():
     model, dim = _gpu_model(seed=33, strict=True)
     x = rand_x((3, 40, 50, dim), torch.bfloat16, "cuda", seed=34)
@@ -394,7 +339,7 @@ def test_non_default_stream():
     assert torch.equal(got, want)
 
 
-@gpu
+@pytest.mark.gpu
 def test_device_guard():
     """The kernel runs on x's device whatever the current device is: x on the last GPU, current device
     0. With one GPU they coincide and this only checks an explicit cuda:0 tensor (the multi-GPU
@@ -411,12 +356,12 @@ def test_device_guard():
         assert torch.equal(got.cpu(), want.cpu())
 
 
-@gpu
+@pytest.mark.gpu
 def test_autocast_bf16():
     """A float32 module under torch.autocast("cuda", bfloat16): the bf16 kernel runs (x and weights
     cast by the op's AutocastCUDA kernel), the output has the reference model's dtype under autocast
     (float32: its residual add promotes), and its error is the reference-under-autocast's order."""
-    model, dim = _gpu_model(torch.float32, seed=37, strict=True)
+    model, dim = _gpu_model("float32", seed=37, strict=True)
     ref = af.reference.AxialAttentionReference(dim, model.num_heads).cuda()
     ref.load_state_dict(model.state_dict())
     w64 = to64(af.AxialWeights.from_module(model))
@@ -430,12 +375,12 @@ def test_autocast_bf16():
         ours = [dts for f, dts in log.ops if f == OP.axial_attention.default]
         assert ours == [[torch.bfloat16] * 11], log.ops
         exact = attention64(x, w64)
-        assert rel_err(got, exact) <= 2 * rel_err(want, exact) + FLOOR_BF16
+        assert rel_err(got, exact) <= 2 * rel_err(want, exact) + FLOOR[torch.bfloat16]
 
 
-@gpu
+@pytest.mark.gpu
 def test_autograd_takes_reference_inference_takes_fused():
-    model, dim = _gpu_model(torch.float32, seed=39)
+    model, dim = _gpu_model("float32", seed=39)
     ref = af.reference.AxialAttentionReference(dim, model.num_heads).cuda()
     ref.load_state_dict(model.state_dict())
     x = rand_x((2, 12, 16, dim), torch.float32, "cuda", seed=40).requires_grad_()

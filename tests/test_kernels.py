@@ -1,99 +1,29 @@
 """The fused kernels against a float64 reference, on the GPU (skipped without CUDA / the extension).
 
-Every call is strict=True, so a silent fallback cannot pass for the fused path. Tolerance per dtype:
-error(fused vs fp64) <= 2 * error(PyTorch at the same dtype vs fp64) + floor; float32 without TF32
-within 1e-5 relative. The caching allocator is poisoned with NaN before each call, so an output
-element the kernel fails to write shows up as NaN.
+Every call is checked by helpers.check: strict=True, the allocator poisoned with NaN, the error
+against float64 within 2 * PyTorch's own error at the dtype + a floor (float32 without TF32 within
+1e-5 relative).
 """
 from __future__ import annotations
-
-import contextlib
-import itertools
 
 import pytest
 import torch
 
 import axial_fused as af
-from axial_fused import _ext
-from helpers import attention64, force_path, make_weights, pass64, rand_x, rel_err, to64
+from axial_fused import cases
+from helpers import (DTYPES, FLOOR, MAX_ELEMS, attention64, check, check_or_skip, force_path, make_weights, pass64,
+                     rand_x, rel_err, small_spec, small_specs, specs, tf32, to64)
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available() or _ext.C is None,
-                                 reason="needs a CUDA device and the compiled extension")]
-
-LENGTHS = [1, 2, 7, 31, 32, 33, 63, 64, 100, 127, 128, 129, 255, 256, 257, 511, 512, 1000, 1024]
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-FLOOR = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 4e-3}
-MAX_ELEMS = 6_000_000  # B * H * W * D per test: keeps the float64 reference quick
+pytestmark = pytest.mark.gpu
 
 
-def specs():
-    return sorted(_ext.specs(), key=lambda s: (s[1], s[2], s[0])) if _ext.C is not None else []
-
-
-def sweep():
-    """(dtype, dim, heads, B, H, W): every spec with four (H, W) pairs drawn from LENGTHS so that
-    across the sweep each length appears on both axes; long lengths meet short ones."""
-    cases = []
-    for i, (dt, d, h) in enumerate(specs()):
-        for j in range(4):
-            a, b = LENGTHS[(5 * i + j) % len(LENGTHS)], LENGTHS[(5 * i + j + 9) % len(LENGTHS)]
-            if j % 2:
-                a, b = b, a
-            while a * b * d > MAX_ELEMS and min(a, b) > 1:
-                a, b = (max(1, a // 4), b) if a <= b else (a, max(1, b // 4))
-            cases.append((dt, d, h, 1 if a * b * d > MAX_ELEMS // 3 else 3, a, b))
-    return cases
-
-
-def poison(nbytes: int) -> None:
-    """Fill the caching allocator's free blocks with NaN so unwritten outputs are caught."""
-    blocks = [torch.full((max(nbytes // 4, 1),), float("nan"), device="cuda") for _ in range(3)]
-    del blocks
-
-
-@contextlib.contextmanager
-def tf32(enabled: bool):
-    old = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = enabled
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = old
-
-
-def check(x, w, *, fn="attention", axis="row"):
-    """Run fused (strict) and PyTorch at x.dtype, compare both with float64; assert the tolerance."""
-    w64 = to64(w)
-    if fn == "attention":
-        ref = attention64(x, w64)
-        poison(x.numel() * x.element_size() * 8)
-        with torch.inference_mode():
-            out = af.axial_attention(x, w, strict=True)
-        torch_out = af.reference.reference_axial_attention(x, w)
-    else:
-        ref = pass64(x, w64.row, w.num_heads, axis, w.eps)
-        poison(x.numel() * x.element_size() * 8)
-        with torch.inference_mode():
-            out = af.axial_pass(x, w.row, num_heads=w.num_heads, axis=axis, eps=w.eps, strict=True)
-        torch_out = af.reference.reference_pass(x, *w.row, num_heads=w.num_heads, axis=axis, eps=w.eps)
-    torch.cuda.synchronize()
-    assert out.shape == x.shape and out.dtype == x.dtype and out.device == x.device
-    err, torch_err = rel_err(out, ref), rel_err(torch_out, ref)
-    if x.dtype == torch.float32 and not torch.backends.cuda.matmul.allow_tf32:
-        tol = 1e-5
-    else:
-        tol = 2 * torch_err + FLOOR[x.dtype]
-    assert err <= tol, f"error {err:.3g} > tolerance {tol:.3g} (PyTorch at {x.dtype}: {torch_err:.3g})"
-    return err, torch_err
-
-
-@pytest.mark.parametrize("dt,dim,heads,B,H,W", sweep(), ids=lambda v: str(v))
-def test_sweep(dt, dim, heads, B, H, W):
-    dtype = DTYPES[dt]
-    seed = hash((dt, dim, heads, B, H, W)) % 10_000
-    w = make_weights(dim, heads, dtype, "cuda", seed=seed)
-    x = rand_x((B, H, W, dim), dtype, "cuda", seed + 1)
+@pytest.mark.parametrize("case", cases.sweep(specs(), MAX_ELEMS), ids=lambda c: c.id)
+def test_sweep(case):
+    """Every specialization at four pairs of cases.LENGTHS (each length on both axes across the sweep)."""
+    dtype = DTYPES[case.dtype]
+    seed = case.input_seed
+    w = make_weights(case.dim, case.heads, dtype, "cuda", seed=seed)
+    x = rand_x(case.shape, dtype, "cuda", seed + 1)
     with tf32(False):
         check(x, w)
     if dtype == torch.float32:
@@ -105,7 +35,7 @@ def test_float32_follows_the_tf32_flag_when_it_runs():
     """A float32 call takes TF32 or exact fp32 as torch.backends.cuda.matmul.allow_tf32 says when the
     kernel runs (the binary asks Python for it: the stable ABI cannot read it), for a direct op call
     and the functional API alike. The two forms give different bits, which identify each one."""
-    _, dim, heads = _small_spec("float32")
+    _, dim, heads = small_spec("float32")
     w = make_weights(dim, heads, torch.float32, "cuda", seed=7)
     x = rand_x((2, 33, 17, dim), torch.float32, "cuda", seed=8)
     calls = {
@@ -126,34 +56,17 @@ def test_float32_follows_the_tf32_flag_when_it_runs():
             assert not torch.equal(out[False], out[True]), name
 
 
-def check_fused(x, w, what):
-    """check() on the forced fused path, skipping where its blocks cannot fit in shared memory."""
-    try:
-        check(x, w)
-    except RuntimeError as e:
-        if "do not fit in one block's shared memory" in str(e):
-            pytest.skip(f"the fused path does not serve {what}: {e}")
-        raise
-
-
-def _small_spec(dtype_name="bfloat16"):
-    cands = [s for s in specs() if s[0] == dtype_name]
-    return min(cands, key=lambda s: s[1]) if cands else pytest.skip(f"no {dtype_name} spec compiled")
-
-
-@pytest.mark.parametrize("path", [0, 1], ids=["fused", "two_kernel"])
-@pytest.mark.parametrize("dt", list(DTYPES))
-@pytest.mark.parametrize("H,W", [(1, 1), (2, 7), (7, 2), (33, 5), (5, 100), (64, 64), (3, 129)])
-def test_both_paths(path, dt, H, W):
-    _, dim, heads = _small_spec(dt)
-    dtype = DTYPES[dt]
-    w = make_weights(dim, heads, dtype, "cuda", seed=H * 1000 + W)
-    x = rand_x((3, H, W, dim), dtype, "cuda", seed=H + W)
-    with force_path(path), tf32(False):
-        if path == 0:  # (a build whose smallest spec of this dtype is large, e.g. only 256x8)
-            check_fused(x, w, f"{max(H, W)} tokens of dim {dim}")
-        else:
-            check(x, w)
+@pytest.mark.parametrize("case", cases.grid(small_specs(), cases.SHAPES["tile_edges"], paths=("fused", "two_kernel")),
+                         ids=lambda c: c.id)
+def test_both_paths(case):
+    """Both mma.sync paths forced at lengths on the tile edges, the smallest specialization of each
+    dtype. (A build whose smallest spec of a dtype is large, e.g. only 256x8, skips the fused path where
+    its block does not fit.)"""
+    dtype = DTYPES[case.dtype]
+    w = make_weights(case.dim, case.heads, dtype, "cuda", seed=case.H * 1000 + case.W)
+    x = rand_x(case.shape, dtype, "cuda", seed=case.H + case.W)
+    with force_path(case.path), tf32(False):
+        check_or_skip(x, w)
 
 
 @pytest.mark.parametrize("dt,dim,heads", specs(), ids=lambda v: str(v))
@@ -164,7 +77,7 @@ def test_two_kernel_every_spec(dt, dim, heads):
     dtype = DTYPES[dt]
     w = make_weights(dim, heads, dtype, "cuda", seed=dim + heads)
     x = rand_x((2, 9, 37, dim), dtype, "cuda", seed=dim)
-    with force_path(1), tf32(False):
+    with force_path("two_kernel"), tf32(False):
         check(x, w)
 
 
@@ -176,16 +89,16 @@ def test_short_blocks_every_spec(dt, dim, heads):
     tokens have no rows (the short-block form re-maps the warps)."""
     dtype = DTYPES[dt]
     w = make_weights(dim, heads, dtype, "cuda", seed=7 * dim + heads)
-    for B, H, W in [(2, 32, 29), (3, 13, 20), (18, 16, 16), (60, 5, 5)]:
+    for B, H, W in cases.SHAPES["short_blocks"]:
         x = rand_x((B, H, W, dim), dtype, "cuda", seed=H * W + dim)
-        with force_path(0), tf32(False):  # (fp32 D >= 192, 16-bit D >= 384: 32 tokens do not fit a block)
-            check_fused(x, w, f"dim {dim} at {dt}")
+        with force_path("fused"), tf32(False):  # (fp32 D >= 192, 16-bit D >= 384: 32 tokens do not fit a block)
+            check_or_skip(x, w)
 
 
 @pytest.mark.parametrize("dt", list(DTYPES))
 @pytest.mark.parametrize("axis", ["row", "col"])
 def test_single_pass(dt, axis):
-    _, dim, heads = _small_spec(dt)
+    _, dim, heads = small_spec(dt)
     w = make_weights(dim, heads, DTYPES[dt], "cuda", seed=3)
     x = rand_x((2, 17, 40, dim), DTYPES[dt], "cuda", seed=4)
     with tf32(False):
@@ -195,16 +108,16 @@ def test_single_pass(dt, axis):
 @pytest.mark.parametrize("dt", list(DTYPES))
 def test_many_short_sequences(dt):
     """Lengths 1..8 pack several sequences into one block (fused path): masks must keep them apart."""
-    _, dim, heads = _small_spec(dt)
+    _, dim, heads = small_spec(dt)
     w = make_weights(dim, heads, DTYPES[dt], "cuda", seed=5)
-    for H, W in [(1, 300), (300, 2), (5, 700), (700, 3)]:
-        x = rand_x((2, H, W, dim), DTYPES[dt], "cuda", seed=H * W)
+    for B, H, W in cases.SHAPES["many_short"]:
+        x = rand_x((B, H, W, dim), DTYPES[dt], "cuda", seed=H * W)
         with tf32(False):
             check(x, w)
 
 
 def test_batch_zero_and_one():
-    _, dim, heads = _small_spec()
+    _, dim, heads = small_spec()
     w = make_weights(dim, heads, torch.bfloat16, "cuda")
     x = rand_x((0, 8, 8, dim), torch.bfloat16, "cuda", seed=1)
     with torch.inference_mode():
@@ -216,7 +129,7 @@ def test_batch_zero_and_one():
 @pytest.mark.parametrize("dt", list(DTYPES))
 def test_non_contiguous_x(dt):
     """x a slice of a larger tensor, and a transposed view (H and W swapped): read through strides."""
-    _, dim, heads = _small_spec(dt)
+    _, dim, heads = small_spec(dt)
     w = make_weights(dim, heads, DTYPES[dt], "cuda", seed=7)
     big = rand_x((3, 20, 50, 2 * dim), DTYPES[dt], "cuda", seed=8)
     with tf32(False):
@@ -225,7 +138,7 @@ def test_non_contiguous_x(dt):
 
 
 def test_input_not_modified_and_deterministic():
-    _, dim, heads = _small_spec()
+    _, dim, heads = small_spec()
     w = make_weights(dim, heads, torch.bfloat16, "cuda")
     x = rand_x((2, 30, 40, dim), torch.bfloat16, "cuda", seed=9)
     x0 = x.clone()
@@ -239,7 +152,7 @@ def test_input_not_modified_and_deterministic():
 def test_pitfalls_are_caught():
     """The tolerance is tight enough to see the known mistakes: a dropped output bias, a transposed
     QKV weight, a LayerNorm without its affine."""
-    _, dim, heads = _small_spec()
+    _, dim, heads = small_spec()
     w = make_weights(dim, heads, torch.bfloat16, "cuda", seed=11)
     x = rand_x((2, 16, 24, dim), torch.bfloat16, "cuda", seed=12)
     err, torch_err = check(x, w)
@@ -259,7 +172,7 @@ def test_pitfalls_are_caught():
 
 
 def test_module_fused_matches_reference_model():
-    _, dim, heads = _small_spec("float32")  # the module and x below are float32
+    _, dim, heads = small_spec("float32")  # the module and x below are float32
     torch.manual_seed(0)
     ref_model = af.reference.AxialAttentionReference(dim, heads).cuda()
     with torch.no_grad():
@@ -273,7 +186,7 @@ def test_module_fused_matches_reference_model():
 
 
 def test_strict_raises_when_grad_required():
-    _, dim, heads = _small_spec("float32")
+    _, dim, heads = small_spec("float32")
     model = af.AxialAttention(dim, heads, strict=True).cuda()
     x = torch.randn(1, 4, 4, dim, device="cuda")
     with pytest.raises(af.FusedUnavailableError, match="inference-only"):

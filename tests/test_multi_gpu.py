@@ -1,5 +1,5 @@
 """Two GPUs: the op on a device other than the current one, one thread per GPU, and mixed devices.
-Skipped with fewer than 2 GPUs (run them on a 2-GPU machine: device kind nvidia-h200-x2)."""
+Skipped with fewer than 2 GPUs."""
 from __future__ import annotations
 
 import threading
@@ -8,19 +8,13 @@ import pytest
 import torch
 
 import axial_fused as af
-from axial_fused import _ext
-from helpers import attention64, make_weights, rand_x, rel_err, to64
+from helpers import attention64, make_weights, rand_x, rel_err, small_spec, to64
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(torch.cuda.device_count() < 2 or _ext.C is None,
-                                 reason="needs 2 CUDA devices and the compiled extension")]
+pytestmark = pytest.mark.gpu(2)
 
 
 def _spec():
-    cands = sorted(s for s in _ext.specs() if s[0] == "bfloat16")
-    if not cands:
-        pytest.skip("no bfloat16 specialization compiled")
-    return cands[0][1], cands[0][2]
+    return small_spec("bfloat16")[1:]
 
 
 def test_runs_on_the_inputs_device_and_stream():

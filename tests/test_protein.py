@@ -22,12 +22,7 @@ import torch
 
 import axial_fused as af
 from axial_fused import _ext, protein
-from helpers import force_path, rel_err
-
-gpu = pytest.mark.skipif(not torch.cuda.is_available() or _ext.C is None,
-                         reason="needs a CUDA device and the compiled extension")
-FLOOR = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 4e-3}
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+from helpers import DTYPES, FLOOR, force_path, poison, rel_err, tolerance
 
 
 # ---- float64 references from the algorithms -------------------------------------------------------
@@ -226,7 +221,7 @@ def test_leading_dims_extra_kwargs_and_no_mask():
     assert rel_err(one, msa_row64(mod, m[0], z[0], None)) < 1e-5
 
 
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=gpu)])
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 def test_empty_inputs_give_empty_updates(device):
     """An empty batch, MSA or residue axis gives the empty update of the input's shape, as OpenFold's
     modules do (not an error), gradients included; a patched ESM block runs its original forward."""
@@ -257,7 +252,7 @@ def test_empty_inputs_give_empty_updates(device):
         assert out.shape == x.shape
 
 
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=gpu)])
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 def test_integer_masks_as_openfold_takes_them(device):
     """OpenFold's modules take a 0/1 mask of any real dtype (inf * (mask - 1)): int32 and int64 masks
     give the float mask's result, bool and uint8 too."""
@@ -321,7 +316,7 @@ def test_projection_weights_follow_every_change():
         assert check(mod, 1e-12)
 
 
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=gpu)])
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("name", ["msa_row", "tri_end"])
 def test_modules_compile_fullgraph(name, device):
     """torch.compile(fullgraph=True) of a module (as a compiled OpenFold-style model traces it): no
@@ -516,7 +511,7 @@ def _compiled(dtype_name, dim, heads):
     return (dtype_name, dim, heads) in _ext.specs()
 
 
-@gpu
+@pytest.mark.gpu
 @pytest.mark.parametrize("residual", [False, True])
 @pytest.mark.parametrize("dt", list(DTYPES))
 @pytest.mark.parametrize("name", ["msa_row", "msa_col", "tri_start", "tri_end"])
@@ -537,10 +532,10 @@ def test_modules_fused_match_float64(name, dt, residual):
         # PyTorch's own error at this dtype: the same pass in PyTorch ops (the modules' fallback code)
         torch_out = _torch_reference(name, mod, xs) + (xs[0] if residual else 0)
     torch_err = rel_err(torch_out.cpu(), want)
-    tol = 1e-5 if dtype == torch.float32 and not torch.backends.cuda.matmul.allow_tf32 else 2 * torch_err + FLOOR[dtype]
-    for path in (-1, 1) if name.startswith("tri") else (-1,):  # (1: the two-kernel path)
+    tol = tolerance(dtype, torch_err)
+    for path in ("auto", "two_kernel") if name.startswith("tri") else ("auto",):
         with torch.inference_mode(), force_path(path):
-            torch.full((1 << 24,), float("nan"), device="cuda")  # poison the allocator's free blocks
+            poison(1 << 26)
             with warnings.catch_warnings():
                 warnings.simplefilter("error", af.FusedFallbackWarning)  # the fused path, or fail
                 out = mod(*(strided(t) if t.dim() == 4 else t for t in xs), residual=residual)
@@ -562,7 +557,7 @@ def _torch_reference(name, mod, xs):
     return protein._torch_pass(x, mod.layer_norm, mod.mha, "row" if mod.starting else "col", mask, bias)
 
 
-@gpu
+@pytest.mark.gpu
 @pytest.mark.parametrize("dt", ["bfloat16", "float16"])
 def test_patch_esm_fused_matches_unpatched(dt):
     """fair-esm on the GPU: the patched model (fused column passes, 64x4) against the unpatched one
@@ -584,7 +579,7 @@ def test_patch_esm_fused_matches_unpatched(dt):
     assert err <= 2 * torch_err + FLOOR[DTYPES[dt]], (err, torch_err)
 
 
-@gpu
+@pytest.mark.gpu
 @pytest.mark.parametrize("dt", list(DTYPES))
 def test_patch_boltz_fused_matches_float64(dt):
     """Boltz's triangle attention (both nodes, 128x4) patched, on the fused kernels, against the
@@ -606,19 +601,16 @@ def test_patch_boltz_fused_matches_float64(dt):
             xs, ms = x.to("cuda", dtype), mask.cuda()
             plain = node(xs, mask=ms)
             af.protein.patch_boltz(node)
-            torch.full((1 << 24,), float("nan"), device="cuda")  # poison the allocator's free blocks
+            poison(1 << 26)
             with warnings.catch_warnings():
                 warnings.simplefilter("error", af.FusedFallbackWarning)  # the fused path, or fail
                 got = node(xs, mask=ms, chunk_size=8, use_kernels=False)
         err, torch_err = rel_err(got.cpu(), want), rel_err(plain.cpu(), want)
-        tol = 1e-5 if dtype == torch.float32 and not torch.backends.cuda.matmul.allow_tf32 else 2 * torch_err + FLOOR[dtype]
+        tol = tolerance(dtype, torch_err)
         assert err <= tol, (type(node).__name__, err, torch_err)
 
 
 # ---- the pair-bias kernel ---------------------------------------------------------------------------
-
-needs_ext = pytest.mark.skipif(_ext.C is None, reason="needs the compiled extension")
-
 
 def pair_bias_inputs(B, I, J, c, heads, dtype, device, seed, requires_grad=False):
     g = torch.Generator().manual_seed(seed)
@@ -631,7 +623,7 @@ def pair_bias64(x, nw, nb, w, eps=1e-5):
     return torch.nn.functional.linear(torch.nn.functional.layer_norm(x, x.shape[-1:], nw, nb, eps), w).movedim(-1, -3)
 
 
-@needs_ext
+@pytest.mark.needs_ext
 def test_pair_bias_op_registrations_cpu():
     """The op's schema, fake kernel and (with gradients required, on any device) its Autograd kernel,
     whose ATen computation matches the float64 reference."""
@@ -643,7 +635,7 @@ def test_pair_bias_op_registrations_cpu():
     assert out.shape == (2, 4, 3, 5) and rel_err(out.detach(), pair_bias64(*args)) < 1e-5
 
 
-@needs_ext
+@pytest.mark.needs_ext
 def test_pair_bias_bad_inputs_name_the_argument():
     op = torch.ops.axial_fused.pair_bias
     x, nw, nb, w = pair_bias_inputs(1, 3, 5, 16, 4, torch.float32, "meta", 2)
@@ -662,7 +654,7 @@ def test_pair_bias_bad_inputs_name_the_argument():
             op(*args)
 
 
-@gpu
+@pytest.mark.gpu
 @pytest.mark.parametrize("dt", list(DTYPES))
 @pytest.mark.parametrize("c,heads", [(128, 4), (64, 8), (100, 3), (192, 12), (200, 5), (300, 1), (1024, 32)])
 def test_pair_bias_kernel_matches_float64(c, heads, dt):
@@ -679,14 +671,14 @@ def test_pair_bias_kernel_matches_float64(c, heads, dt):
         plain = torch.nn.functional.linear(torch.nn.functional.layer_norm(x, (c,), nw, nb, 1e-5), w).movedim(-1, -3)
         torch_err = rel_err(plain.cpu(), want)
         for layout, xin in [("strided", x.transpose(1, 2).contiguous().transpose(1, 2)), ("unaligned", shifted)]:
-            torch.full((1 << 24,), float("nan"), device="cuda")  # poison the allocator's free blocks
+            poison(1 << 26)
             got = torch.ops.axial_fused.pair_bias(xin, nw, nb, w, 1e-5)
             assert got.shape == (2, heads, 7, 33) and got.dtype == dtype and got.is_contiguous()
             err = rel_err(got.cpu(), want)
             assert err <= 2 * torch_err + FLOOR[dtype], f"{layout}: error {err:.3g} (PyTorch at {dt}: {torch_err:.3g})"
 
 
-@gpu
+@pytest.mark.gpu
 @pytest.mark.parametrize("dt", list(DTYPES))
 def test_pair_bias_kernel_many_tokens(dt):
     """More tokens than one wave of the kernel's warps takes (so that warps run on to further tokens),
@@ -697,7 +689,7 @@ def test_pair_bias_kernel_many_tokens(dt):
     with torch.inference_mode():
         plain = torch.nn.functional.linear(torch.nn.functional.layer_norm(x, (128,), nw, nb, 1e-5), w).movedim(-1, -3)
         torch_err = rel_err(plain.cpu(), want)
-        torch.full((1 << 26,), float("nan"), device="cuda")  # poison the allocator's free blocks
+        poison(1 << 28)
         got = torch.ops.axial_fused.pair_bias(x, nw, nb, w, 1e-5)
     err = rel_err(got.cpu(), want)
     assert err <= 2 * torch_err + FLOOR[dtype], f"error {err:.3g} (PyTorch at {dt}: {torch_err:.3g})"

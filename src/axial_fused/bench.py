@@ -25,20 +25,14 @@ import time
 
 import torch
 
+from . import cases
 from ._ext import PATHS
+from .cases import DTYPES, FEATURE_SETS
 
-SUITE = {  # name: (B, H, W, D, heads, dtype)
-    "seed_fp32": (4, 32, 32, 64, 4, "float32"),
-    "seed": (4, 32, 32, 64, 4, "bfloat16"),
-    "vision": (8, 64, 64, 128, 4, "bfloat16"),
-    "odd": (2, 56, 100, 192, 6, "bfloat16"),
-    "latent": (2, 128, 128, 256, 8, "bfloat16"),
-    "msa": (1, 512, 256, 256, 8, "bfloat16"),
-    "esm": (1, 64, 512, 768, 12, "bfloat16"),
-}
+# name: (B, H, W, D, heads, dtype) of the suite's cases (axial_fused.cases.SUITE)
+SUITE = {name: (c.B, c.H, c.W, c.dim, c.heads, c.dtype) for name, c in cases.SUITE.items()}
 PEERS = ["eager", "sdpa", "compile", "compile_graphs", "graph", "fused", "fused_graph"]
 OURS = ("fused", "fused_graph")
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
 def _time_batches(fn, target_ms: float = 20.0, batches: int = 15) -> float:
@@ -210,19 +204,7 @@ def print_table(rows, peers, out=sys.stdout):
     print("(microseconds per forward, median; 'x' = best peer time / ours; %floor = floor / fused_graph)", file=out)
 
 
-# ---- the cost of the optional features ---------------------------------------------------------
-
-FEATURE_SETS = {  # name: (mask, bias, gate, qkv_bias, residual)
-    "plain": (False, False, False, False, True),
-    "mask": (True, False, False, False, True),
-    "bias": (False, True, False, False, True),
-    "gate": (False, False, True, False, True),
-    "qkv_bias": (False, False, False, True, True),
-    "update_only": (False, False, False, False, False),
-    "mask+bias+gate": (True, True, True, False, True),
-    "all": (True, True, True, True, False),
-}
-
+# ---- the cost of the optional features (cases.FEATURE_SETS) ----------------------------------------
 
 class FeatureInputs:
     """The inputs of the feature benchmark at one shape (random, seed 1, on the GPU): the mask has a
@@ -244,11 +226,11 @@ class FeatureInputs:
         self.bias = {"row": r(1, heads, W, W, scale=2.0), "col": r(1, heads, H, H, scale=2.0)}
 
     def call(self, fname, axis):
-        m_on, b_on, g_on, q_on, res = FEATURE_SETS[fname]
-        pw = self.af.PassWeights(*self.base, qkv_bias=self.qkv_b if q_on else None,
-                                 gate_weight=self.gate_w if g_on else None, gate_bias=self.gate_b if g_on else None)
-        kw = dict(num_heads=self.heads, axis=axis, mask=self.mask if m_on else None,
-                  bias=self.bias[axis] if b_on else None, residual=res)
+        f = FEATURE_SETS[fname]
+        pw = self.af.PassWeights(*self.base, qkv_bias=self.qkv_b if f.qkv_bias else None,
+                                 gate_weight=self.gate_w if f.gate else None, gate_bias=self.gate_b if f.gate else None)
+        kw = dict(num_heads=self.heads, axis=axis, mask=self.mask if f.mask else None,
+                  bias=self.bias[axis] if f.bias else None, residual=f.residual)
         return self.x, pw, kw
 
 
