@@ -1,6 +1,6 @@
 """The tests' markers and shared fixtures.
 
-Markers (each test module uses these, not its own skip conditions):
+Markers, each a skip rule applied here:
   gpu        needs a CUDA device and the compiled extension; gpu(2): two CUDA devices
   hopper     needs sm_90a code in the binary and a compute capability 9.0 GPU (the Hopper kernels)
   needs_ext  needs the compiled extension (CPU tests of the registered operators)
@@ -31,13 +31,14 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
+    have, hopper = gpus(), hopper_ready()
     for item in items:
         gpu = item.get_closest_marker("gpu")
         need = gpu.args[0] if gpu is not None and gpu.args else 1
-        if gpu is not None and gpus() < need:
+        if gpu is not None and have < need:
             item.add_marker(pytest.mark.skip(reason="needs a CUDA device and the compiled extension" if need == 1
                                              else f"needs {need} CUDA devices and the compiled extension"))
-        if item.get_closest_marker("hopper") is not None and not hopper_ready():
+        if item.get_closest_marker("hopper") is not None and not hopper:
             item.add_marker(pytest.mark.skip(reason="needs sm_90a code on a 9.0 GPU"))
         if item.get_closest_marker("needs_ext") is not None and _ext.C is None:
             item.add_marker(pytest.mark.skip(reason=f"extension not built: {_ext.error}"))

@@ -176,13 +176,13 @@ def grid(spec_list, shapes, features=(PLAIN,), paths=("auto",), fns=("attention"
 
 
 def sweep(spec_list, max_elems: int) -> list[Case]:
-    """Each specialization at four (H, W) pairs of LENGTHS, a long length meeting a short one, chosen so
-    that across the sweep every length appears on both axes; the shorter length cut to a quarter until
-    B * H * W * dim <= max_elems, B = 3 (1 for the largest)."""
+    """Each specialization at four (H, W) pairs of LENGTHS, a long length meeting a short one, the shorter
+    cut to a quarter until B * H * W * dim <= max_elems, B = 3 (1 for the largest). The pairs step through
+    LENGTHS so that across the default build's sweep every length appears on both axes."""
     n, cases = len(LENGTHS), []
     for i, (dt, d, h) in enumerate(spec_list):
         for j in range(4):
-            a, b = LENGTHS[(7 * i + j) % n], LENGTHS[(7 * i + j + n // 2) % n]
+            a, b = LENGTHS[(7 * i + j) % n], LENGTHS[(7 * i + j + 11) % n]
             if j % 2:
                 a, b = b, a
             while a * b * d > max_elems and min(a, b) > 1:
