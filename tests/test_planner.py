@@ -366,10 +366,14 @@ def test_explain_names_the_kernels_of_each_pass(spec):
     assert "ln_qkv_mma -> attn_out_mma" in str(row)
     with pytest.raises(ValueError, match="device: the plan is made for a GPU"):
         af.explain(x, w)  # a CPU tensor and no described device
-    with pytest.raises(ValueError, match="num_heads"):
+    with pytest.raises(TypeError, match="explain: num_heads is required"):
         af.explain(x, w.row, device="a100")
-    with pytest.raises(ValueError, match="axis"):
+    with pytest.raises(ValueError, match="axis must be 'row' or 'col'"):
         af.explain(x, w.row, heads, axis="diag", device="a100")
+    with pytest.raises(ValueError, match="x has D = "):
+        af.explain(x[..., :-8], w.row, heads, device="a100")
+    with pytest.raises(ValueError, match="mask has shape"):
+        af.explain(x, w.row, heads, mask=mask[:, :4], device="a100")
     with pytest.raises(ValueError, match="missing"):
         af.explain(x, w, device=dict(arch=90))
 

@@ -15,6 +15,7 @@ import torch
 
 import devkit
 from devkit import af
+from axial_fused import _checks as C
 from axial_fused import functional as F
 
 
@@ -111,9 +112,9 @@ def main() -> None:
         x = torch.randn(*shape, device="cuda", dtype=torch.bfloat16)
         with torch.inference_mode():
             rows = {
-                "python checks (_check_pass x2, heads, eps, x)": lambda: (
-                    F._check_pass(w.row, "row"), F._check_pass(w.col, "col", dim), F._check_heads(heads, dim),
-                    F._check_eps(w.eps), F._check_x(x, dim, w.row.norm_weight)),
+                "python checks (check_pass x2, heads, eps, x)": lambda: (
+                    C.check_pass(w.row, "row"), C.check_pass(w.col, "col", dim), C.check_heads(heads, dim),
+                    C.check_eps(w.eps), C.check_x(x, dim, w.row.norm_weight)),
                 "python decision (_reason)": lambda: F._reason(x, (w.row, w.col), dim, heads),
                 "torch.ops call (dispatcher + C++ checks + 2 launches)": lambda: op(x, *w.row[:5], *w.col[:5], heads,
                                                                                      w.eps),

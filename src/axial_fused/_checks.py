@@ -262,10 +262,10 @@ def check_axial_weights(weights, cls: type) -> None:
                         f"from_state_dict), got {type(weights).__name__}")
 
 
-def check_heads_given(num_heads) -> None:
-    """fallback_reason with a PassWeights: the head count, which chooses the kernels, is needed."""
+def check_heads_given(num_heads, who: str = "fallback_reason") -> None:
+    """`who` (fallback_reason, explain) with a PassWeights: the head count, which chooses the kernels, is needed."""
     if num_heads is None:
-        raise TypeError("fallback_reason: num_heads is required when weights is a PassWeights "
+        raise TypeError(f"{who}: num_heads is required when weights is a PassWeights "
                         "(the compiled kernels are chosen by (dtype, dim, heads))")
 
 

@@ -105,19 +105,22 @@ def explain(x: torch.Tensor, weights, num_heads: int | None = None, *, axis: str
     """The plan of ``axial_pass(x, weights, num_heads, axis=..., mask=..., bias=..., residual=...)``, or,
     for AxialWeights, the (row, column) plans of ``axial_attention(x, weights)``. `device`: x's GPU by
     default; a name of DEVICES or a dict describes another (no GPU needed)."""
+    from . import _checks as C
     from .functional import AxialWeights, PassWeights
 
-    if not isinstance(x, torch.Tensor) or x.dim() != 4:
-        raise ValueError(f"x: a tensor [B, H, W, D]; got {type(x).__name__ if not isinstance(x, torch.Tensor) else list(x.shape)}")
     if isinstance(weights, AxialWeights):
         return tuple(explain(x, w, weights.num_heads, axis=a, device=device) for w, a in
                      ((weights.row, "row"), (weights.col, "col")))
     if not isinstance(weights, PassWeights):
-        raise TypeError(f"weights: AxialWeights or PassWeights; got {type(weights).__name__}")
-    if num_heads is None:
-        raise ValueError("num_heads: required with PassWeights")
-    if axis not in ("row", "col"):
-        raise ValueError(f"axis: 'row' or 'col'; got {axis!r}")
+        raise TypeError(f"weights must be an axial_fused.AxialWeights or PassWeights, got {type(weights).__name__}")
+    C.check_heads_given(num_heads, "explain")
+    C.check_axis(axis)
+    C.check_residual(residual)
+    dim = C.check_pass(weights, axis)
+    C.check_heads(num_heads, dim)
+    C.check_x(x, dim, weights.norm_weight)
+    C.check_mask(mask, x)
+    C.check_bias(bias, x, num_heads, 0 if axis == "row" else 1, "bias")
     B, H, W, D = x.shape
     num_seq, length = (B * H, W) if axis == "row" else (B * W, H)
     gated = weights.gate_weight is not None
