@@ -17,7 +17,7 @@ import torch
 
 import axial_fused as af
 from axial_fused import _ext, cases
-from axial_fused.cases import DTYPES, PATHS  # noqa: F401 - the tests' dtype and path tables
+from axial_fused.cases import DTYPES, PATHS, specs  # noqa: F401 - the tests' dtype and path tables, the compiled specs
 
 OP = torch.ops.axial_fused
 FLOOR = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 4e-3}  # the tolerance's floor per dtype
@@ -170,11 +170,6 @@ def quiet(fn, *a, **k):
 
 # ---- the specializations and GPUs at hand ---------------------------------------------------------
 
-def specs(pred=None) -> list[tuple[str, int, int]]:
-    """The compiled (dtype, dim, heads) that satisfy pred, by dim, heads, dtype ([] without the extension)."""
-    return cases.specs(pred)
-
-
 def small_specs() -> list[tuple[str, int, int]]:
     """The compiled specialization of each dtype with the smallest dim (and heads), in DTYPES' order."""
     first = {}
@@ -218,8 +213,8 @@ def every_path(spec_list, shapes, features=(cases.PLAIN,), fns=("attention",)) -
 def paths_for(spec) -> tuple[str, ...]:
     """Every path that can take a pass of spec here: both forced mma.sync paths, the automatic choice, and
     the forced Hopper fused kernel where it serves spec."""
-    return ("fused", "two_kernel", "auto") + (("fused_sm90",) if hopper_ready() and cases.hopper_fused_serves(*spec)
-                                                else ())
+    hopper = ("fused_sm90",) if hopper_ready() and cases.hopper_fused_serves(*spec) else ()
+    return ("fused", "two_kernel", "auto") + hopper
 
 
 # ---- running the fused path ------------------------------------------------------------------------
