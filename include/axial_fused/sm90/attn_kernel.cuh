@@ -28,6 +28,7 @@
 #include <type_traits>
 
 #include "axial_fused/common/logits.cuh"
+#include "axial_fused/sm90/online_softmax.cuh"
 #include "axial_fused/sm90/wg_gemm.cuh"
 
 namespace axial_fused {
@@ -141,38 +142,6 @@ __device__ __forceinline__ int present_key_end(const uint16_t* bits, int L) {
   }
   last = __reduce_max_sync(0xffffffffu, last);
   return last < 0 ? 0 : min(L, 64 * (last + 1));
-}
-
-// One tile of the online softmax for a warpgroup's 64 x BN scores (wgmma accumulator layout: row g
-// in e = 0, 1 and row g + 8 in e = 2, 3 of each 8-column block; a row's scores are spread over the
-// quad's four threads). Updates the running max (log2 units, scale folded in) and this thread's
-// partial row sums, returns the factor alpha the output rows must be rescaled by, and the
-// probabilities as the A fragments of P V.
-template <class T, int BN>
-__device__ __forceinline__ void softmax_tile(float (&sc)[BN / 2], float (&m_run)[2], float (&l_run)[2], float (&alpha)[2],
-                                             uint32_t (&pa)[BN / 16][4], float scale_log2) {
-  float mx[2], rs[2] = {0.f, 0.f}, mu[2];
-  acc_row_max(sc, mx);
-#pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    const float m_new = fmaxf(m_run[hr], mx[hr] * scale_log2);
-    mu[hr] = m_new == -INFINITY ? 0.f : m_new;  // a row with nothing unmasked yet stays all-zero
-    alpha[hr] = exp2_ftz(m_run[hr] - mu[hr]);
-    m_run[hr] = m_new;
-  }
-#pragma unroll
-  for (int jb = 0; jb < BN / 8; ++jb) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float x = fmaf(sc[4 * jb + e], scale_log2, -mu[e >> 1]);
-      sc[4 * jb + e] = exp2_ftz(x);
-      rs[e >> 1] += sc[4 * jb + e];
-    }
-  }
-#pragma unroll
-  for (int hr = 0; hr < 2; ++hr) l_run[hr] = l_run[hr] * alpha[hr] + rs[hr];
-#pragma unroll
-  for (int kk = 0; kk < BN / 16; ++kk) acc_to_a<T>(pa[kk], sc, 0, kk);
 }
 
 // O (64 x HD) += P (64 x BN, A fragments) V (BN x HD at v_base, N-major): BN / 16 wgmma k-steps, not
@@ -569,17 +538,12 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
 
   // Head h's output O_h / rowsum into its columns of the output tile (SPLIT: of the scratch's q, as
   // 16-byte vectors; rows past the sequence's end are not written).
-  auto store_head = [&](int h, const float (&o)[MT][HD / 2], const float (&l_run)[MT][2]) {
+  using Softmax = OnlineSoftmax<T, BN, MT>;
+  auto store_head = [&](int h, const float (&o)[MT][HD / 2], const Softmax& sm) {
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
       float inv[2];
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        float l = l_run[m][hr];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        inv[hr] = 1.f / l;
-      }
+      sm.finalize(m, inv);
       const int r0 = 64 * m + warp * 16 + g;
       if constexpr (SPLIT != 0) {
         // With the gate: gf[e] = sigmoid(g) of output element e, from the query's scratch row.
@@ -632,25 +596,25 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
   AXIAL_PHASE(0);
   if (uniform) {
     for (int i = 0; i < nh; ++i) {
-      float o[MT][HD / 2], l_run[MT][2];
+      float o[MT][HD / 2];
+      Softmax sm;
+      sm.reset();
       value_sums(2 * i + wg, o);
       AXIAL_PHASE(7);
-#pragma unroll
-      for (int m = 0; m < MT; ++m) l_run[m][0] = l_run[m][1] = t == 0 ? float(L) : 0.f;  // (the quad's sum: L)
-      store_head(2 * i + wg, o, l_run);
+      sm.uniform(L, t == 0);
+      store_head(2 * i + wg, o, sm);
       AXIAL_PHASE(5);
     }
   } else for (int i = 0; i < nh; ++i) {
     const int h = 2 * i + wg;
     const uint32_t qb = q_base + (i & 1) * C::Q_BYTES;
-    float o[MT][HD / 2], m_run[MT][2], l_run[MT][2];
+    Softmax sm;
+    sm.reset();
+    float o[MT][HD / 2];
 #pragma unroll
-    for (int m = 0; m < MT; ++m) {
+    for (int m = 0; m < MT; ++m)
 #pragma unroll
       for (int e = 0; e < HD / 2; ++e) o[m][e] = 0.f;
-      m_run[m][0] = m_run[m][1] = -INFINITY;
-      l_run[m][0] = l_run[m][1] = 0.f;
-    }
     // The head runs as units u = (key tile kt, query half m) in FlashAttention-3's intra-warpgroup
     // order: unit u issues S(u) and then P(u-1) V(u-1), and waits for S(u) only. (ptxas puts the wait
     // for P V before the exponentials, which write registers that held S's accumulators: only the row
@@ -659,6 +623,7 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
     // units alternate between the buffers in a fixed order; with one, the new P is copied over.
     uint32_t p_buf[2][BN / 16][4];
     float alpha[2];
+    const auto rescale = Softmax::rescaler(alpha);  // (an output half times alpha)
     uint32_t v_prev = 0;  // the previous unit's values; its query half is (m + MT - 1) % MT
     // Waits for the head's n-th chunk's keys and chunk n - LAG's values, requests the next copy group;
     // returns the chunk's stage.
@@ -716,7 +681,7 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
       if constexpr (MASK) {
         if (kt * BN + BN > L) mask_keys<BN>(sc, L - kt * BN);
       }
-      softmax_tile<T, BN>(sc, m_run[M], l_run[M], alpha, p_buf[CUR], p.scale_log2);
+      sm.template update<M>(sc, p_buf[CUR], alpha, p.scale_log2);
       AXIAL_PHASE(3);
       if constexpr (!FIRST) {
         wgmma_wait<0>();
@@ -724,13 +689,7 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
 #pragma unroll
         for (int mm = 0; mm < MT; ++mm) fence_regs(o[mm]);
       }
-#pragma unroll
-      for (int jb = 0; jb < HD / 8; ++jb) {
-        o[M][4 * jb] *= alpha[0];
-        o[M][4 * jb + 1] *= alpha[0];
-        o[M][4 * jb + 2] *= alpha[1];
-        o[M][4 * jb + 3] *= alpha[1];
-      }
+      rescale(o[M]);
       if constexpr (MT == 1) {
 #pragma unroll
         for (int kk = 0; kk < BN / 16; ++kk)
@@ -771,7 +730,7 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
     keep_regs(p_buf[1]);
 #pragma unroll
     for (int mm = 0; mm < MT; ++mm) fence_regs(o[mm]);
-    store_head(h, o, l_run);
+    store_head(h, o, sm);
   }
   if constexpr (SPLIT == 0) {  // (SPLIT: the projection is out_gemm_sm90_kernel's)
     // out = O @ W_out^T + bias + x, the weight streamed through the rings' space.
