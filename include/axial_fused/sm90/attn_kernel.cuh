@@ -28,6 +28,7 @@
 #include <type_traits>
 
 #include "axial_fused/common/logits.cuh"
+#include "axial_fused/sm90/attn_terms.cuh"
 #include "axial_fused/sm90/online_softmax.cuh"
 #include "axial_fused/sm90/wg_gemm.cuh"
 
@@ -117,33 +118,6 @@ struct AttnSm90 {
                 "1024-byte aligned tiles; a thread a key's mask row");
 };
 
-// Keys at or past `valid` (the sequence's end, relative to the tile) of a BN-key score tile get -inf.
-template <int BN>
-__device__ __forceinline__ void mask_keys(float (&sc)[BN / 2], int valid) {
-  const int t = threadIdx.x & 3;
-#pragma unroll
-  for (int jb = 0; jb < BN / 8; ++jb)
-#pragma unroll
-    for (int e = 0; e < 4; ++e)
-      if (8 * jb + 2 * t + (e & 1) >= valid) sc[4 * jb + e] = -INFINITY;
-}
-
-// The end of a sequence's keys that its queries need, from its prepared mask bits (key_bits, fragment
-// order, keys past L absent): past its last 64-key chunk with a present key, or 0 where no key is
-// present (its queries attend uniformly to all L: value_sums in attn_sm90_body). A key tile past that
-// end has only absent keys, whose exponentials underflow to exactly 0 beside a present key's, so it
-// may be skipped. Each warp computes it on its own (no block barrier): a lane per chunk, 8 bytes each.
-__device__ __forceinline__ int present_key_end(const uint16_t* bits, int L) {
-  const int chunks = (L + 63) / 64;
-  int last = -1;
-  for (int c = threadIdx.x & 31; c < chunks; c += 32) {
-    const uint2 w = __ldg(reinterpret_cast<const uint2*>(bits) + c);
-    if ((w.x & w.y) != 0xffffffffu) last = c;
-  }
-  last = __reduce_max_sync(0xffffffffu, last);
-  return last < 0 ? 0 : min(L, 64 * (last + 1));
-}
-
 // O (64 x HD) += P (64 x BN, A fragments) V (BN x HD at v_base, N-major): BN / 16 wgmma k-steps, not
 // committed.
 template <class T, int HD, int BN, int RB>
@@ -175,9 +149,9 @@ template <class T, int D, int HEADS, bool OTMA = false, int SPLIT = 0, bool EXTR
 __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* omap = nullptr,
                                                [[maybe_unused]] const void* kvmap = nullptr) {
 #if AXIAL_FUSED_SM90  // (sm_90a device code only, as the kernels' bodies: the host pass never sees it)
-  // TB: the bias; TM: the mask, by a select per score, or TMM: on the tensor cores.
-  constexpr bool TB = (TERMS & kTermBias) != 0, TM = (TERMS & kTermMask) != 0, TMM = (TERMS & kTermMaskMma) != 0;
   using C = AttnSm90<T, D, HEADS, SPLIT, TERMS>;
+  using Terms = AttnTerms<C, TERMS>;  // the logits' terms and the key range (attn_terms.cuh)
+  constexpr bool TB = Terms::TB, TM = Terms::TM, TMM = Terms::TMM;
   static_assert(C::SERVED, "attn_sm90_kernel instantiated for a configuration it does not serve");
   static_assert(!OTMA || C::OUT_TMA, "the tensor-map output projection needs its mbarriers");
   static_assert(EXTRAS || TERMS == 0, "the terms are an EXTRAS variant's");
@@ -206,19 +180,12 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
   const int g = lane >> 2, t = lane & 3;
   const int nqt = (L + BM - 1) / BM;
   const int64_t s = blockIdx.x / nqt;
-  [[maybe_unused]] const uint16_t* kbits = TM ? p.key_bits + s * (p.kp / 16) : nullptr;
-  // TMM: bit kt of mrow is whether key kt * BN + wtid is absent (the mask's B row this thread writes
-  // into each stage of key tile kt). Requested before present_key_end's loads are waited for.
-  [[maybe_unused]] uint32_t mrow = 0;
-  if constexpr (TMM) {
-    for (int kt = 0; kt * BN < L && kt < 32 && wtid < BN; ++kt) {  // (L <= kMaskMmaMaxLen: at most 32 tiles)
-      const int pos = frag_pos(kt * BN + wtid);
-      mrow |= uint32_t(__ldg(kbits + (pos >> 4)) >> (pos & 15) & 1u) << kt;
-    }
-  }
+  Terms terms;
+  [[maybe_unused]] uint32_t mrow = 0;  // TMM: this thread's mask rows, a bit a key tile (Terms::load_mask)
+  terms.load_mask(p, s, L, wtid, mrow);
   // Key tiles a head runs: with the mask, those up to the sequence's last present key; none where no
   // key is present (`uniform`: each head's output is the mean of its values, value_sums).
-  const int key_end = TM ? present_key_end(kbits, L) : L;
+  const int key_end = terms.key_end(L);
   const bool uniform = TM && key_end == 0;
   const int nkt = (key_end + BN - 1) / BN;
   const int q0 = int(blockIdx.x % nqt) * BM;
@@ -232,13 +199,7 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
       oo[r] = ok ? out_offset(p, s, q0 + r) : -1;
     }
   }
-  // TMM: this warpgroup's A tile of the mask's k-step, 64 rows x 16 columns K-major without swizzle
-  // (core matrices of 8 rows x 16 bytes: columns 0-7 of row r at 16 r, columns 8-15 1 KB on): 1.0 in
-  // column 0, zeros elsewhere. Against B rows holding kMaskedRaw (or 0) in their column 0, the k-step
-  // adds kMaskedRaw to an absent key's score, which then is kMaskedRaw exactly (|q.k + bias| < 2^76).
-  if constexpr (TMM) {
-    st_shared_16(ones + wg * 2048 + wtid * 16, make_uint4(wtid < 64 ? 0x3F80u : 0u, 0u, 0u, 0u));
-  }
+  if constexpr (TMM) Terms::write_ones(ones + wg * 2048, wtid);  // this warpgroup's A tile of the mask's k-step
 
   // This warpgroup's heads h = 2 i + wg, i < nh; chunk j = i * nkt + n is head i's n-th key tile (with
   // the head's queries when n = 0). A head takes its tiles in the order nkt - 1, 0, 1, ..., nkt - 2:
@@ -274,18 +235,9 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
   };
   using QRows = std::integral_constant<int, BM>;
   using KRows = std::integral_constant<int, BN>;
-  // The chunks' keys and values are each requested strictly in order, so the next one's head, tile
-  // and stage are running counters (no division by the run-time tile count), and a whole tile's rows
-  // are copied without predicates.
-  struct Cursor {
-    int i = 0, n = 0, s = 0;  // head, chunk within the head, stage
-    __device__ int tile(int tiles) const { return n == 0 ? tiles - 1 : n - 1; }
-    __device__ void next(int tiles) {
-      n = n + 1 == tiles ? 0 : n + 1;
-      i += n == 0;
-      s = s + 1 == SW ? 0 : s + 1;
-    }
-  };
+  // The chunks' keys and values are each requested strictly in order (TileCursor), and a whole
+  // tile's rows are copied without predicates.
+  using Cursor = TileCursor<SW>;
   Cursor kc, vc;
   // KVT: the copy group being requested (its mbarrier kv_bars + wg * 32 + 8 gs; groups as the cp.async
   // ones below), and rows [row0, row0 + rows) of column block `col` into it, by boxes of 64 rows.
@@ -320,11 +272,7 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
         copy_rows(st, kt * BN, KRows{}, D + h * HD);
         if constexpr (LAG == 0) copy_rows(st + BN * RB, kt * BN, KRows{}, 2 * D + h * HD);
       }
-      // TMM: the tile's mask rows, a key's 16 bytes (kMaskedRaw in bfloat16, or 0, then zeros), read
-      // by the B descriptor with both 8-column halves at the same bytes (the A tile's second half is 0).
-      if constexpr (TMM) {
-        if (wtid < BN) st_shared_16(st + 2 * BN * RB + wtid * 16, make_uint4(mrow >> kt & 1u ? 0xF180u : 0u, 0u, 0u, 0u));
-      }
+      if constexpr (TMM) Terms::mask_rows(st + 2 * BN * RB, kt, wtid, mrow);  // the tile's mask rows
       kc.next(nkt);
     }
   };
@@ -436,7 +384,7 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
 #pragma unroll
     for (int ch = 0; ch < BN / 64; ++ch) {
       const int k0 = kt * BN + ch * 64 + t * 16;
-      const uint32_t absent = TM && !TMM ? __ldg(kbits + k0 / 16) : 0u;
+      const uint32_t absent = TM && !TMM ? __ldg(terms.kbits + k0 / 16) : 0u;
       [[maybe_unused]] const __half* blk = TB && !C::BSLOT ? bias_block(h, kt, M) + ch * 1024 : nullptr;
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
@@ -459,8 +407,7 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
       }
     }
   };
-  // Whether a unit's accumulators start from its terms (the bias, or the mask by selects).
-  constexpr bool INIT = TB || (TM && !TMM);
+  constexpr bool INIT = Terms::INIT;
   float sc[BN / 2];  // a unit's scores (with INIT, from its terms on)
 
   if constexpr (C::BSLOT) {
@@ -663,8 +610,7 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
 #pragma unroll
       for (int kk = 0; kk < HD / 16; ++kk)
         Wgmma<T, BN>::mma(sc, desc_plus(qd, kk * 32), desc_plus(kd, kk * 32), INIT || kk > 0);
-      if constexpr (TMM)  // the mask's k-step: the A tile of ones, B the tile's mask rows (no swizzle)
-        Wgmma<T, BN>::mma(sc, nosw_desc(ones + wg * 2048, 1024, 128), nosw_desc(k_base + 2 * BN * RB, 0, 128), 1);
+      if constexpr (TMM) Terms::template mask_kstep<T>(sc, ones + wg * 2048, k_base + 2 * BN * RB);
       wgmma_commit();
       if constexpr (!FIRST) {  // the previous unit's O += P V, in flight during this unit's row maxima
         pv_issue<T, HD, BN, RB>(o[(M + MT - 1) % MT], p_buf[PREV], v_prev);

@@ -1,0 +1,112 @@
+// The terms of the Hopper attention kernel's logits (attn_kernel.cuh) as one policy type: the key
+// range a head runs (the sequence's end, and with a mask its last present key), the mask and the
+// bias prepared by terms_prep_kernel (p.key_bits, p.bias_frag; docs/design.md, "Masks, bias, gate"),
+// after CUTLASS example 88's fmha_fusion.hpp (trip count, before_softmax). Everything is selected at
+// compile time by TERMS: with none, each member is empty or constant and the kernel compiles as if
+// the terms did not exist.
+//
+// Where a term enters a unit (a 64-query half of one key tile):
+//  - the bias, and the mask by selects (INIT): the unit's score accumulators start from them
+//    (load_terms, right before its S product, which accumulates onto them);
+//  - the mask on the tensor cores (TMM): one more k-step of S, a tile of ones against the key tile's
+//    mask rows (mask_rows, written beside its keys);
+//  - the sequence's end: the one tile that can run past it gets -inf there (mask_keys).
+#pragma once
+#include "axial_fused/common/logits.cuh"
+#include "axial_fused/sm90/wgmma.cuh"
+
+namespace axial_fused {
+
+// A running (head, tile, stage) counter over a warpgroup's chunks, in the order a head takes its
+// key tiles: nkt - 1 (the one that can be partial) first, then 0 .. nkt - 2. The chunks' copies and
+// the units' bias blocks are each requested strictly in order, so no division by the run-time tile
+// count is needed.
+template <int SW>
+struct TileCursor {
+  int i = 0, n = 0, s = 0;  // head, chunk within the head, stage
+  __device__ int tile(int tiles) const { return n == 0 ? tiles - 1 : n - 1; }
+  __device__ void next(int tiles) {
+    n = n + 1 == tiles ? 0 : n + 1;
+    i += n == 0;
+    s = s + 1 == SW ? 0 : s + 1;
+  }
+};
+
+// Keys at or past `valid` (the sequence's end, relative to the tile) of a BN-key score tile get -inf.
+template <int BN>
+__device__ __forceinline__ void mask_keys(float (&sc)[BN / 2], int valid) {
+  const int t = threadIdx.x & 3;
+#pragma unroll
+  for (int jb = 0; jb < BN / 8; ++jb)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if (8 * jb + 2 * t + (e & 1) >= valid) sc[4 * jb + e] = -INFINITY;
+}
+
+// The end of a sequence's keys that its queries need, from its prepared mask bits (key_bits, fragment
+// order, keys past L absent): past its last 64-key chunk with a present key, or 0 where no key is
+// present (its queries attend uniformly to all L: value_sums in attn_sm90_body). A key tile past that
+// end has only absent keys, whose exponentials underflow to exactly 0 beside a present key's, so it
+// may be skipped. Each warp computes it on its own (no block barrier): a lane per chunk, 8 bytes each.
+__device__ __forceinline__ int present_key_end(const uint16_t* bits, int L) {
+  const int chunks = (L + 63) / 64;
+  int last = -1;
+  for (int c = threadIdx.x & 31; c < chunks; c += 32) {
+    const uint2 w = __ldg(reinterpret_cast<const uint2*>(bits) + c);
+    if ((w.x & w.y) != 0xffffffffu) last = c;
+  }
+  last = __reduce_max_sync(0xffffffffu, last);
+  return last < 0 ? 0 : min(L, 64 * (last + 1));
+}
+
+// The terms of one warpgroup's units; C: the kernel's AttnSm90 (BN). TERMS: kTermBias | kTermMask |
+// kTermMaskMma (TB, TM, TMM below).
+template <class C, int TERMS>
+struct AttnTerms {
+  // TB: the bias; TM: the mask, by a select per score, or TMM: on the tensor cores.
+  static constexpr bool TB = (TERMS & kTermBias) != 0, TM = (TERMS & kTermMask) != 0, TMM = (TERMS & kTermMaskMma) != 0;
+  // Whether a unit's accumulators start from its terms (the bias, or the mask by selects).
+  static constexpr bool INIT = TB || (TM && !TMM);
+  static constexpr int BN = C::BN;
+
+  const uint16_t* kbits = nullptr;  // TM: the sequence's mask bits
+
+  // The mask's bits and (TMM) this thread's mask rows into `mrow` (0 on entry): bit kt is whether key
+  // kt * BN + wtid is absent, the mask's B row this thread writes into each stage of key tile kt.
+  // Requested before present_key_end's loads are waited for. (mrow is the caller's register: held in
+  // this type, it shifts ptxas's register allocation of the kernel.)
+  __device__ __forceinline__ void load_mask(const PassParams& p, int64_t s, int L, int wtid, uint32_t& mrow) {
+    kbits = TM ? p.key_bits + s * (p.kp / 16) : nullptr;
+    if constexpr (TMM) {
+      for (int kt = 0; kt * BN < L && kt < 32 && wtid < BN; ++kt) {  // (L <= kMaskMmaMaxLen: at most 32 tiles)
+        const int pos = frag_pos(kt * BN + wtid);
+        mrow |= uint32_t(__ldg(kbits + (pos >> 4)) >> (pos & 15) & 1u) << kt;
+      }
+    }
+  }
+  // The key range a head runs: with the mask, up to the sequence's last present key; 0 where no key is
+  // present (its queries attend uniformly).
+  __device__ __forceinline__ int key_end(int L) const { return TM ? present_key_end(kbits, L) : L; }
+
+  // TMM: this warpgroup's A tile of the mask's k-step at `ones`, 64 rows x 16 columns K-major without
+  // swizzle (core matrices of 8 rows x 16 bytes: columns 0-7 of row r at 16 r, columns 8-15 1 KB on):
+  // 1.0 in column 0, zeros elsewhere. Against B rows holding kMaskedRaw (or 0) in their column 0, the
+  // k-step adds kMaskedRaw to an absent key's score, which then is kMaskedRaw exactly
+  // (|q.k + bias| < 2^76).
+  __device__ __forceinline__ static void write_ones(uint32_t ones, int wtid) {
+    st_shared_16(ones + wtid * 16, make_uint4(wtid < 64 ? 0x3F80u : 0u, 0u, 0u, 0u));
+  }
+  // TMM: key tile kt's mask rows at `rows` (in its stage, after its keys and values), a key's 16 bytes
+  // (kMaskedRaw in bfloat16, or 0, then zeros), read by the B descriptor with both 8-column halves at
+  // the same bytes (the A tile's second half is 0).
+  __device__ __forceinline__ static void mask_rows(uint32_t rows, int kt, int wtid, uint32_t mrow) {
+    if (wtid < BN) st_shared_16(rows + wtid * 16, make_uint4(mrow >> kt & 1u ? 0xF180u : 0u, 0u, 0u, 0u));
+  }
+  // TMM: the mask's k-step of a unit's S: the A tile of ones, B the tile's mask rows (no swizzle).
+  template <class T>
+  __device__ __forceinline__ static void mask_kstep(float (&sc)[BN / 2], uint32_t ones, uint32_t rows) {
+    Wgmma<T, BN>::mma(sc, nosw_desc(ones, 1024, 128), nosw_desc(rows, 0, 128), 1);
+  }
+};
+
+}  // namespace axial_fused
