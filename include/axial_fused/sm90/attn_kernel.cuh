@@ -346,33 +346,18 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
     load(LAG == 0 || j > 0);  // (with LAG, the first group holds chunk 0's keys alone)
   }
 
-  // TERMS: the unit (head h, key tile kt, query half M)'s terms into the score accumulators acc: the
-  // bias (p.bias_frag: per 64-key chunk, this warp's 16 x 64 block, bias_block_row / _key: four
-  // coalesced 16-byte loads a thread), and kMaskedRaw for the absent keys (p.key_bits: one bit each,
-  // in fragment order, frag_pos). BSLOT: the bias of a warp's next unit is copied into its slot while
-  // this one runs (issue_bias), each thread copying the pieces it reads itself (no barrier).
-  [[maybe_unused]] const __half* bfrag = TB ? p.bias_frag + (s / p.seq_inner) * p.bias_frag_stride_b : nullptr;
-  // (the warp's block of unit (h, kt, M): head h, query rows from q0 + 64 M + 16 warp, its key chunks
-  // from kt * BN / 64 on, 1024 halves each; this thread's pieces at lane * 8 + 256 j)
-  [[maybe_unused]] auto bias_block = [&](int h, int kt, int M) {
-    return bfrag + ((int64_t(h) * (p.kp / 16) + (q0 + M * 64) / 16 + warp) * (p.kp / 64) + kt * (BN / 64)) * 1024 + lane * 8;
-  };
-  [[maybe_unused]] const uint32_t my_slot = bslot + (wg * 4 + warp) * (BN / 64) * 2048 + lane * 16;
-  [[maybe_unused]] Cursor bc;  // the unit whose bias is copied next (BSLOT: one query half)
-  // (its head's first block, moved on a head at each head's end: no address product a unit)
+  // TB: where this warp's units read their bias; BSLOT: the bias of a warp's next unit is copied into
+  // its slot while this one runs (bias.issue): bc is that unit, bhead its head's first block.
+  [[maybe_unused]] const typename Terms::Bias bias(p, s, wg, warp, lane, bslot);
+  // (the warp's bias block of unit (h, kt, M), as a lambda: the kernel's machine code depends on it)
+  [[maybe_unused]] auto bias_block = [&](int h, int kt, int M) { return bias.block(p, h, kt, M, q0, warp, lane); };
+  [[maybe_unused]] Cursor bc;
   [[maybe_unused]] const __half* bhead = C::BSLOT ? bias_block(wg, 0, 0) : nullptr;
-  [[maybe_unused]] auto issue_bias = [&] {  // one copy group (possibly empty) a unit
-    if (bc.i < nh) {
-      const __half* blk = bhead + bc.tile(nkt) * (BN / 64 * 1024);
-#pragma unroll
-      for (int ch = 0; ch < BN / 64; ++ch)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) cp_async16_shared(my_slot + ch * 2048 + j * 512, blk + ch * 1024 + j * 256);
-      bc.next(nkt);
-      if (bc.n == 0) bhead += int64_t(2 * (p.kp / 16)) * (p.kp / 64) * 1024;  // head h + 2
-    }
-    cp_async_commit();
-  };
+  // TERMS (INIT): the unit (head h, key tile kt, query half M)'s terms into the score accumulators
+  // acc, which its S product then accumulates onto: the bias (per 64-key chunk, this warp's 16 x 64
+  // block: four coalesced 16-byte loads a thread, or BSLOT: from the slot), and kMaskedRaw for the
+  // absent keys (p.key_bits: one bit each, in fragment order, frag_pos). (A lambda here: as a function
+  // of AttnTerms, the kernel's machine code shifts.)
   [[maybe_unused]] auto load_terms = [&](float (&acc)[BN / 2], int h, int kt, int M) {
     if constexpr (C::BSLOT) {  // this unit's bias group (the chunk's group came after it; KVT: none)
       if constexpr (KVT) {
@@ -389,7 +374,7 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         uint4 u = make_uint4(0u, 0u, 0u, 0u);
-        if constexpr (C::BSLOT) u = ld_shared_16(my_slot + ch * 2048 + j * 512);
+        if constexpr (C::BSLOT) u = ld_shared_16(bias.my_slot + ch * 2048 + j * 512);
         else if constexpr (TB) u = __ldg(reinterpret_cast<const uint4*>(blk + j * 256));
         const uint32_t w[4] = {u.x, u.y, u.z, u.w};
         const int i = j >> 1;
@@ -411,7 +396,7 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
   float sc[BN / 2];  // a unit's scores (with INIT, from its terms on)
 
   if constexpr (C::BSLOT) {
-    if (!uniform) issue_bias();  // the first unit's
+    if (!uniform) bias.issue(p, bc, bhead, nh, nkt);  // the first unit's
   }
   // Copy groups newer than the one a chunk start waits for: the la - 1 chunks' groups after it and,
   // with BSLOT, the la units' bias groups between them (the first of them in the prologue); a
@@ -616,7 +601,7 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
         pv_issue<T, HD, BN, RB>(o[(M + MT - 1) % MT], p_buf[PREV], v_prev);
         wgmma_commit();
       }
-      if constexpr (C::BSLOT) issue_bias();  // (the slot's pieces are in sc by now)
+      if constexpr (C::BSLOT) bias.issue(p, bc, bhead, nh, nkt);  // (the slot's pieces are in sc by now)
       if constexpr (!FIRST) {
         wgmma_wait<1>();
       } else {

@@ -3,11 +3,13 @@
 // bias prepared by terms_prep_kernel (p.key_bits, p.bias_frag; docs/design.md, "Masks, bias, gate"),
 // after CUTLASS example 88's fmha_fusion.hpp (trip count, before_softmax). Everything is selected at
 // compile time by TERMS: with none, each member is empty or constant and the kernel compiles as if
-// the terms did not exist.
+// the terms did not exist. (Which state a part holds and which the kernel passes in is chosen so
+// that the kernel's machine code stays that of the same code written in place.)
 //
 // Where a term enters a unit (a 64-query half of one key tile):
 //  - the bias, and the mask by selects (INIT): the unit's score accumulators start from them
-//    (load_terms, right before its S product, which accumulates onto them);
+//    (the kernel's load_terms from Bias and the mask bits, right before its S product, which
+//    accumulates onto them; BSLOT: each unit's bias block copied into a slot during the unit before);
 //  - the mask on the tensor cores (TMM): one more k-step of S, a tile of ones against the key tile's
 //    mask rows (mask_rows, written beside its keys);
 //  - the sequence's end: the one tile that can run past it gets -inf there (mask_keys).
@@ -59,8 +61,9 @@ __device__ __forceinline__ int present_key_end(const uint16_t* bits, int L) {
   return last < 0 ? 0 : min(L, 64 * (last + 1));
 }
 
-// The terms of one warpgroup's units; C: the kernel's AttnSm90 (BN). TERMS: kTermBias | kTermMask |
-// kTermMaskMma (TB, TM, TMM below).
+// The terms of one warpgroup's units; C: the kernel's AttnSm90 (BN, SW, BSLOT). TERMS: kTermBias |
+// kTermMask | kTermMaskMma (TB, TM, TMM below). The object holds the mask's state; the bias's is a
+// Bias, made where the kernel first needs it.
 template <class C, int TERMS>
 struct AttnTerms {
   // TB: the bias; TM: the mask, by a select per score, or TMM: on the tensor cores.
@@ -68,6 +71,7 @@ struct AttnTerms {
   // Whether a unit's accumulators start from its terms (the bias, or the mask by selects).
   static constexpr bool INIT = TB || (TM && !TMM);
   static constexpr int BN = C::BN;
+  static constexpr bool BSLOT = C::BSLOT;
 
   const uint16_t* kbits = nullptr;  // TM: the sequence's mask bits
 
@@ -87,6 +91,45 @@ struct AttnTerms {
   // The key range a head runs: with the mask, up to the sequence's last present key; 0 where no key is
   // present (its queries attend uniformly).
   __device__ __forceinline__ int key_end(int L) const { return TM ? present_key_end(kbits, L) : L; }
+
+  // TB: where a warp's units read their bias. A unit (head h, key tile kt, query half M)'s block,
+  // this warp's 16 x BN, is query rows q0 + 64 M + 16 warp on of head h, its key chunks from
+  // kt * BN / 64 on (1024 halves a chunk: bias_block_row / _key); this thread reads the pieces at
+  // lane * 8 + 256 j. (The block's coordinates are the kernel's registers, passed in: held here,
+  // they shift ptxas's schedule of the kernel.)
+  struct Bias {
+    const __half* bfrag = nullptr;  // the bias blocks of the block's sequence (p.bias_frag)
+    // BSLOT: this thread's pieces of its warp's slot (the bias of its next unit, copied while the unit
+    // before runs, each thread copying the pieces it reads itself: no barrier).
+    uint32_t my_slot = 0;
+
+    // `slot`: the warpgroups' bias slots.
+    __device__ __forceinline__ Bias(const PassParams& p, int64_t s, int wg, int warp, int lane, uint32_t slot)
+        : bfrag(TB ? p.bias_frag + (s / p.seq_inner) * p.bias_frag_stride_b : nullptr),
+          my_slot(slot + (wg * 4 + warp) * (BN / 64) * 2048 + lane * 16) {}
+    // This thread's first piece of the warp's block of unit (h, kt, M).
+    __device__ __forceinline__ const __half* block(const PassParams& p, int h, int kt, int M, int q0, int warp,
+                                                   int lane) const {
+      return bfrag + ((int64_t(h) * (p.kp / 16) + (q0 + M * 64) / 16 + warp) * (p.kp / 64) + kt * (BN / 64)) * 1024 +
+             lane * 8;
+    }
+    // BSLOT: the next unit's bias into the slot, one copy group (possibly empty: one a unit) of this
+    // warpgroup's nh heads of nkt key tiles. bc: that unit (one query half); bhead: its head's first
+    // block (moved on a head at each head's end: no address product a unit).
+    __device__ __forceinline__ void issue(const PassParams& p, TileCursor<C::SW>& bc, const __half*& bhead, int nh,
+                                          int nkt) const {
+      if (bc.i < nh) {
+        const __half* blk = bhead + bc.tile(nkt) * (BN / 64 * 1024);
+#pragma unroll
+        for (int ch = 0; ch < BN / 64; ++ch)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) cp_async16_shared(my_slot + ch * 2048 + j * 512, blk + ch * 1024 + j * 256);
+        bc.next(nkt);
+        if (bc.n == 0) bhead += int64_t(2 * (p.kp / 16)) * (p.kp / 64) * 1024;  // head h + 2
+      }
+      cp_async_commit();
+    }
+  };
 
   // TMM: this warpgroup's A tile of the mask's k-step at `ones`, 64 rows x 16 columns K-major without
   // swizzle (core matrices of 8 rows x 16 bytes: columns 0-7 of row r at 16 r, columns 8-15 1 KB on):
