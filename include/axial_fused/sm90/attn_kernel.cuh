@@ -22,12 +22,18 @@
 //
 // The split form (SPLIT, at D >= 512) runs the attention alone and leaves the output projection to
 // out_gemm_sm90_kernel (out_gemm_kernel.cuh).
+//
+// Named parts (each compile-time, in its own header): the online softmax's state with its update,
+// rescale and finalize (online_softmax.cuh: OnlineSoftmax); the logits' terms and the key range
+// (attn_terms.cuh: AttnTerms, its Bias); each head's output and the output projection
+// (attn_epilogue.cuh: AttnEpilogue). The key / value ring and the unit order stay in the body.
 #pragma once
 #include <cuda.h>  // CUtensorMap (the tensor-map output projection)
 
 #include <type_traits>
 
 #include "axial_fused/common/logits.cuh"
+#include "axial_fused/sm90/attn_epilogue.cuh"
 #include "axial_fused/sm90/attn_terms.cuh"
 #include "axial_fused/sm90/online_softmax.cuh"
 #include "axial_fused/sm90/wg_gemm.cuh"
@@ -151,6 +157,7 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
 #if AXIAL_FUSED_SM90  // (sm_90a device code only, as the kernels' bodies: the host pass never sees it)
   using C = AttnSm90<T, D, HEADS, SPLIT, TERMS>;
   using Terms = AttnTerms<C, TERMS>;  // the logits' terms and the key range (attn_terms.cuh)
+  using Epilogue = AttnEpilogue<T, D, C::HD, C::BM, SPLIT, EXTRAS>;  // each head's output (attn_epilogue.cuh)
   constexpr bool TB = Terms::TB, TM = Terms::TM, TMM = Terms::TMM;
   static_assert(C::SERVED, "attn_sm90_kernel instantiated for a configuration it does not serve");
   static_assert(!OTMA || C::OUT_TMA, "the tensor-map output projection needs its mbarriers");
@@ -308,25 +315,11 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
       cp_async_commit();
     }
   };
-  // The gate's factors (K1 stores sigmoid(g)) of this warpgroup's heads into their places in the
-  // output tile: each head's output is multiplied by them as it is stored there, by the threads that
-  // store it. They are first needed at the end of the first head, so they join the second copy group
-  // requested before the head starts where there is one, else they go first, in their own.
-  auto gate_copy = [&] {
-    constexpr int PPR = HD / 8;  // 16-byte pieces of a head's row
-#pragma unroll
-    for (int i = 0; i < (HEADS + 1) / 2; ++i) {
-      const int h = 2 * i + wg;
-      if (h < HEADS) {
-#pragma unroll
-        for (int v = wtid; v < BM * PPR; v += 128) {
-          const int r = v / PPR, c = h * HD + (v % PPR) * 8;
-          const bool ok = q0 + r < L;
-          cp_async16_shared(smem_u32(O + sw128_index<BM>(r, c)), ok ? qkv + int64_t(q0 + r) * ld + 3 * D + c : qkv, ok);
-        }
-      }
-    }
-  };
+  // The gate's factors of this warpgroup's heads into their places in the output tile (by which
+  // store_head multiplies each head's output). They are first needed at the end of the first head, so
+  // they join the second copy group requested before the head starts where there is one, else they
+  // go first, in their own.
+  auto gate_copy = [&] { Epilogue::gate_copy(O, qkv, ld, q0, L, wg, wtid); };
   const bool gated = EXTRAS && SPLIT == 0 && p.gated, gate_late = !KVT && gated && la >= 2;  // (la >= 2: nkt >= 2)
   if (gated && !gate_late) {
     gate_copy();
@@ -416,113 +409,15 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
   };
   static_assert(!C::BSLOT || (MT == 1 && SW <= 4), "one bias slot a warp; at most three groups newer");
 
-  // A sequence with no present key (`uniform`): every logit is kMaskedRaw, so each query attends
-  // uniformly to the L keys and head h's output is the same for all queries: its values' column sums
-  // over 1 / L. The warpgroup sums them on the CUDA cores (no key tiles, no S product, no softmax): a
-  // thread one 16-byte piece of every RPS-th row, eight rows' loads issued before their sums, reduced
-  // across the lanes, then the warps through this warpgroup's ring (idle in such a block), into this
-  // thread's accumulator entries of each head's output (o[m][4 jb + 2 hr + e] holds column
-  // 8 jb + 2 t + e), which store_head divides by L. The gate's factors (gate_copy) are waited for
-  // before the barrier, so that every thread's copies are visible to store_head.
+  using Softmax = OnlineSoftmax<T, BN, MT>;
+  // A sequence with no present key (`uniform`): head h's output from its values' column sums
+  // (Epilogue::value_sums), the warps' partial sums through this warpgroup's ring (idle in such a block).
   auto value_sums = [&](int h, float (&o)[MT][HD / 2]) {
-    constexpr int PPR = HD / 8, RPS = 128 / PPR, BATCH = 8;
-    float acc[8] = {};
-    const T* v = qkv + 2 * D + h * HD + (wtid % PPR) * 8;
-    for (int r0 = wtid / PPR; r0 < L; r0 += BATCH * RPS) {
-      uint4 u[BATCH];
-#pragma unroll
-      for (int k = 0; k < BATCH; ++k) {
-        const int r = r0 + k * RPS;
-        u[k] = r < L ? *reinterpret_cast<const uint4*>(v + int64_t(r) * ld) : make_uint4(0u, 0u, 0u, 0u);
-      }
-#pragma unroll
-      for (int k = 0; k < BATCH; ++k) {
-        const uint32_t w[4] = {u[k].x, u[k].y, u[k].z, u[k].w};
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const float2 f = Pack2<T>::unpack(*reinterpret_cast<const typename Pack2<T>::type*>(&w[j]));
-          acc[2 * j] += f.x, acc[2 * j + 1] += f.y;
-        }
-      }
-    }
-#pragma unroll
-    for (int off = PPR; off < 32; off *= 2)
-#pragma unroll
-      for (int e = 0; e < 8; ++e) acc[e] += __shfl_xor_sync(0xffffffffu, acc[e], off);
-    float* part = reinterpret_cast<float*>(ring + wg * SW * C::STAGE);  // [warp][HD]
-    if (lane < PPR) {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) part[warp * HD + lane * 8 + e] = acc[e];
-    }
-    cp_async_wait<0>();
-    warpgroup_sync(wg);
-#pragma unroll
-    for (int jb = 0; jb < HD / 8; ++jb)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int c = 8 * jb + 2 * t + e;
-        const float sum = part[c] + part[HD + c] + part[2 * HD + c] + part[3 * HD + c];
-#pragma unroll
-        for (int m = 0; m < MT; ++m) o[m][4 * jb + e] = o[m][4 * jb + 2 + e] = sum;
-      }
-    warpgroup_sync(wg);  // (the partial sums read before the next head's are written)
+    Epilogue::value_sums(qkv, ld, L, reinterpret_cast<float*>(ring + wg * SW * C::STAGE), wg, wtid, warp, lane, t, h, o);
   };
 
-  // Head h's output O_h / rowsum into its columns of the output tile (SPLIT: of the scratch's q, as
-  // 16-byte vectors; rows past the sequence's end are not written).
-  using Softmax = OnlineSoftmax<T, BN, MT>;
   auto store_head = [&](int h, const float (&o)[MT][HD / 2], const Softmax& sm) {
-#pragma unroll
-    for (int m = 0; m < MT; ++m) {
-      float inv[2];
-      sm.finalize(m, inv);
-      const int r0 = 64 * m + warp * 16 + g;
-      if constexpr (SPLIT != 0) {
-        // With the gate: gf[e] = sigmoid(g) of output element e, from the query's scratch row.
-        float gf[HD / 2];
-#pragma unroll
-        for (int e = 0; e < HD / 2; ++e) gf[e] = 1.f;
-        if constexpr (EXTRAS) {
-          if (p.gated) {
-#pragma unroll
-            for (int hr = 0; hr < 2; ++hr) {
-              const int q = q0 + r0 + 8 * hr < L ? q0 + r0 + 8 * hr : L - 1;
-#pragma unroll
-              for (int jb = 0; jb < HD / 8; ++jb) {
-                const float2 gv = load2(qkv + int64_t(q) * ld + 3 * D + h * HD + 8 * jb + 2 * t);
-                gf[4 * jb + 2 * hr] = gv.x;
-                gf[4 * jb + 2 * hr + 1] = gv.y;
-              }
-            }
-          }
-        }
-        float ov[HD / 2];  // (a copy: writing the accumulators themselves makes ptxas fence the wgmma)
-#pragma unroll
-        for (int e = 0; e < HD / 2; ++e) ov[e] = o[m][e] * inv[(e >> 1) & 1] * gf[e];
-        T* const o_rows = const_cast<T*>(qkv) + int64_t(q0) * ld;
-        auto put = [&](int r, int c, uint4 v) {
-          if (q0 + r < L) st_global_16(o_rows + int64_t(r) * ld + c, v);
-        };
-        store_vec8<T, HD>(ov, r0, h * HD, t, put);
-      } else {
-#pragma unroll
-        for (int jb = 0; jb < HD / 8; ++jb) {
-          const int c = h * HD + 8 * jb + 2 * t;
-#pragma unroll
-          for (int hr = 0; hr < 2; ++hr) {
-            T* const at = O + sw128_index<BM>(r0 + 8 * hr, c);
-            float f0 = inv[hr], f1 = inv[hr];
-            if constexpr (EXTRAS) {
-              if (p.gated) {  // the gate's factors, copied here (gate_copy)
-                const float2 gv = load2(at);
-                f0 *= gv.x, f1 *= gv.y;
-              }
-            }
-            store2(at, o[m][4 * jb + 2 * hr] * f0, o[m][4 * jb + 2 * hr + 1] * f1);
-          }
-        }
-      }
-    }
+    Epilogue::store_head(p, O, qkv, ld, q0, L, warp, g, t, h, o, sm);
   };
 
   AXIAL_PHASE(0);
@@ -670,17 +565,7 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
     fence_proxy_async();
     __syncthreads();
     AXIAL_PHASE(6);
-    auto project = [&](auto&& epi) {
-      if constexpr (OTMA) {
-        const uint32_t ofull = smem_u32(qbuf), oempty = ofull + 64;  // the first warpgroup's queries, done with
-        out_tma_barriers<C::OUT_S>(ofull, oempty);
-        wg_gemm_tma<T, C::WGM, C::WGN, C::OUT_BNW, D, D, C::OUT_S, C::OUT_KW>(O, omap, smem_u32(ring), ofull, oempty, epi);
-      } else {
-        wg_gemm<T, C::WGM, C::WGN, C::OUT_BNW, D, D, C::OUT_S, C::OUT_KW>(O, static_cast<const T*>(p.w_out),
-                                                                         reinterpret_cast<T*>(ring), epi);
-      }
-    };
-    project(OutEpilogue<T, EXTRAS>(p, xo, oo));
+    Epilogue::template project<C, OTMA>(p, O, omap, ring, qbuf, OutEpilogue<T, EXTRAS>(p, xo, oo));
     AXIAL_PHASE(8);
   }
 #ifdef AXIAL_FUSED_PHASE_CLOCK
