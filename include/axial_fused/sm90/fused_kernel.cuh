@@ -22,6 +22,7 @@
 #pragma once
 #include "axial_fused/common/logits.cuh"
 #include "axial_fused/sm90/layernorm_sw128.cuh"
+#include "axial_fused/sm90/online_softmax.cuh"
 #include "axial_fused/sm90/wg_gemm.cuh"
 
 namespace axial_fused {
@@ -256,23 +257,8 @@ __device__ __forceinline__ void fused_sm90_body(const PassParams& p) {
           scale = 1.f;
         }
       }
-      float mx[2], sum[2] = {0.f, 0.f};
-      acc_row_max(s, mx);
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) mx[hr] = mx[hr] == -INFINITY ? 0.f : mx[hr] * scale;
-#pragma unroll
-      for (int jb = 0; jb < 16; ++jb) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          s[4 * jb + e] = exp2_ftz(fmaf(s[4 * jb + e], scale, -mx[e >> 1]));
-          sum[e >> 1] += s[4 * jb + e];
-        }
-      }
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        sum[hr] += __shfl_xor_sync(0xffffffffu, sum[hr], 1);
-        sum[hr] += __shfl_xor_sync(0xffffffffu, sum[hr], 2);
-      }
+      float mx[2], sum[2] = {0.f, 0.f};  // the rows' scaled maxima, their sums
+      row_softmax<128>(s, scale, mx, sum);
 
       AXIAL_PHASE(5);
       // 2e. O_h = P V (P from registers, 8 k-steps of 16 keys; Vt: N = 32 head columns, K = keys).

@@ -99,4 +99,29 @@ struct OnlineSoftmax {
   }
 };
 
+// The softmax of whole rows at once (the fused kernel's: all of a row's keys in one BN-key score
+// tile, no online rescaling), in place in the wgmma accumulator layout: the probabilities
+// exp2(s * scale - mx), unnormalised, with mx the row's scaled maximum (0 for a row of -inf only),
+// and the rows' sums (the quad's, combined) added to `sum`. mx and sum are the caller's (declared
+// there, the kernel's machine code is that of this code written in place).
+template <int BN>
+__device__ __forceinline__ void row_softmax(float (&s)[BN / 2], float scale, float (&mx)[2], float (&sum)[2]) {
+  acc_row_max(s, mx);
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) mx[hr] = mx[hr] == -INFINITY ? 0.f : mx[hr] * scale;
+#pragma unroll
+  for (int jb = 0; jb < BN / 8; ++jb) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      s[4 * jb + e] = exp2_ftz(fmaf(s[4 * jb + e], scale, -mx[e >> 1]));
+      sum[e >> 1] += s[4 * jb + e];
+    }
+  }
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    sum[hr] += __shfl_xor_sync(0xffffffffu, sum[hr], 1);
+    sum[hr] += __shfl_xor_sync(0xffffffffu, sum[hr], 2);
+  }
+}
+
 }  // namespace axial_fused
