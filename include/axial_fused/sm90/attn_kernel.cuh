@@ -26,7 +26,8 @@
 // Named parts (each compile-time, in its own header): the online softmax's state with its update,
 // rescale and finalize (online_softmax.cuh: OnlineSoftmax); the logits' terms and the key range
 // (attn_terms.cuh: AttnTerms, its Bias); each head's output and the output projection
-// (attn_epilogue.cuh: AttnEpilogue). The key / value ring and the unit order stay in the body.
+// (attn_epilogue.cuh: AttnEpilogue); the key / value copies and the chunks' order (attn_pipeline.cuh:
+// KvCopy, TileCursor). The ring's schedule and the unit order stay in the body.
 #pragma once
 #include <cuda.h>  // CUtensorMap (the tensor-map output projection)
 
@@ -34,6 +35,7 @@
 
 #include "axial_fused/common/logits.cuh"
 #include "axial_fused/sm90/attn_epilogue.cuh"
+#include "axial_fused/sm90/attn_pipeline.cuh"
 #include "axial_fused/sm90/attn_terms.cuh"
 #include "axial_fused/sm90/online_softmax.cuh"
 #include "axial_fused/sm90/wg_gemm.cuh"
@@ -224,21 +226,15 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
   const int nh = (HEADS - wg + 1) / 2, la = LA < nkt ? LA : nkt;
   const uint32_t q_base = smem_u32(qbuf) + wg * 2 * C::Q_BYTES, r_base = smem_u32(ring) + wg * SW * C::STAGE;
   // Rows [row0, row0 + NR) of column block `col` of the scratch into an RB-row swizzled tile at `dst`
-  // (rows past L read as zeros). Each thread copies the same 16-byte piece lc of rows lr, lr + RPP, ...
-  // of every tile (the swizzle repeats every 8 rows), so its offsets are computed once here.
-  constexpr int RPP = 128 / CH;
-  static_assert(RPP % 8 == 0 && BM % RPP == 0 && BN % RPP == 0, "whole passes of the warpgroup");
+  // (rows past L read as zeros; KvCopy). Each thread copies the same 16-byte piece lc of rows lr,
+  // lr + RPP, ... of every tile (the swizzle repeats every 8 rows), so its offsets are computed once here.
+  using Copy = KvCopy<T, C>;
+  constexpr int RPP = Copy::RPP;
   const int lr = wtid / CH, lc = wtid % CH;
   const T* src0 = qkv + int64_t(lr) * ld + lc * 8;
   const uint32_t dst0 = lr * RB + ((lc ^ swz_row<RB>(lr)) << 4);
   auto copy_rows = [&](uint32_t dst, int row0, auto rows_c, int col) {
-    constexpr int NR = decltype(rows_c)::value;
-    const T* from = src0 + int64_t(row0) * ld + col;
-#pragma unroll
-    for (int pass = 0; pass < NR / RPP; ++pass) {
-      const bool ok = row0 + lr + pass * RPP < L;
-      cp_async16_shared(dst + dst0 + pass * RPP * RB, ok ? from + pass * RPP * ld : qkv, ok);
-    }
+    Copy::template rows<decltype(rows_c)::value>(qkv, src0, ld, dst0, lr, L, dst, row0, col);
   };
   using QRows = std::integral_constant<int, BM>;
   using KRows = std::integral_constant<int, BN>;

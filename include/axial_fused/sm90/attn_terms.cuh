@@ -15,24 +15,10 @@
 //  - the sequence's end: the one tile that can run past it gets -inf there (mask_keys).
 #pragma once
 #include "axial_fused/common/logits.cuh"
+#include "axial_fused/sm90/attn_pipeline.cuh"
 #include "axial_fused/sm90/wgmma.cuh"
 
 namespace axial_fused {
-
-// A running (head, tile, stage) counter over a warpgroup's chunks, in the order a head takes its
-// key tiles: nkt - 1 (the one that can be partial) first, then 0 .. nkt - 2. The chunks' copies and
-// the units' bias blocks are each requested strictly in order, so no division by the run-time tile
-// count is needed.
-template <int SW>
-struct TileCursor {
-  int i = 0, n = 0, s = 0;  // head, chunk within the head, stage
-  __device__ int tile(int tiles) const { return n == 0 ? tiles - 1 : n - 1; }
-  __device__ void next(int tiles) {
-    n = n + 1 == tiles ? 0 : n + 1;
-    i += n == 0;
-    s = s + 1 == SW ? 0 : s + 1;
-  }
-};
 
 // Keys at or past `valid` (the sequence's end, relative to the tile) of a BN-key score tile get -inf.
 template <int BN>
