@@ -42,8 +42,8 @@ struct AttnEpilogue {
   // before the barrier, so that every thread's copies are visible to store_head.
   // (qkv: the sequence's scratch rows, ld apart; part: [4 warps][HD] floats of this warpgroup;
   // wtid, warp, lane, t: this thread's place in it.)
-  __device__ __forceinline__ static void value_sums(const T* qkv, int ld, int L, float* part, int wg, int wtid, int warp,
-                                                    int lane, int t, int h, float (&o)[MT][HD / 2]) {
+  __device__ __forceinline__ static void value_sums(const T* qkv, int ld, int L, float* part, int wg, int wtid,
+                                                    int warp, int lane, int t, int h, float (&o)[MT][HD / 2]) {
     constexpr int PPR = HD / 8, RPS = 128 / PPR, BATCH = 8;
     float acc[8] = {};
     const T* v = qkv + 2 * D + h * HD + (wtid % PPR) * 8;
@@ -156,7 +156,8 @@ struct AttnEpilogue {
     if constexpr (OTMA) {
       const uint32_t ofull = smem_u32(qbuf), oempty = ofull + 64;
       out_tma_barriers<C::OUT_S>(ofull, oempty);
-      wg_gemm_tma<T, C::WGM, C::WGN, C::OUT_BNW, D, D, C::OUT_S, C::OUT_KW>(O, omap, smem_u32(ring), ofull, oempty, epi);
+      wg_gemm_tma<T, C::WGM, C::WGN, C::OUT_BNW, D, D, C::OUT_S, C::OUT_KW>(O, omap, smem_u32(ring), ofull, oempty,
+                                                                           epi);
     } else {
       wg_gemm<T, C::WGM, C::WGN, C::OUT_BNW, D, D, C::OUT_S, C::OUT_KW>(O, static_cast<const T*>(p.w_out),
                                                                        reinterpret_cast<T*>(ring), epi);

@@ -330,7 +330,7 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
     warpgroup_sync(wg);  // the mbarriers initialised
     for (int j = 0; j < la; ++j) load(LAG == 0 || j > 0);
   } else for (int j = 0; j < la; ++j) {
-    if (C::BSLOT && j > 0) cp_async_commit();  // (empty: the place of a unit's bias group, issue_bias)
+    if (C::BSLOT && j > 0) cp_async_commit();  // (empty: the place of a unit's bias group, bias.issue)
     if (j == 1 && gate_late) gate_copy();
     load(LAG == 0 || j > 0);  // (with LAG, the first group holds chunk 0's keys alone)
   }
@@ -409,7 +409,8 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
   // A sequence with no present key (`uniform`): head h's output from its values' column sums
   // (Epilogue::value_sums), the warps' partial sums through this warpgroup's ring (idle in such a block).
   auto value_sums = [&](int h, float (&o)[MT][HD / 2]) {
-    Epilogue::value_sums(qkv, ld, L, reinterpret_cast<float*>(ring + wg * SW * C::STAGE), wg, wtid, warp, lane, t, h, o);
+    float* part = reinterpret_cast<float*>(ring + wg * SW * C::STAGE);  // [warp][HD]
+    Epilogue::value_sums(qkv, ld, L, part, wg, wtid, warp, lane, t, h, o);
   };
 
   auto store_head = [&](int h, const float (&o)[MT][HD / 2], const Softmax& sm) {
