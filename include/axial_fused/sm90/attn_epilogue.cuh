@@ -1,10 +1,25 @@
 // The epilogue of the Hopper attention kernel (attn_kernel.cuh): each head's output, normalised by
 // its softmax's row sums (and times the gate's factors), into its columns of the block's output tile
-// or (SPLIT) of the scratch; a head with no present key's output from its value sums.
+// or (SPLIT) of the scratch; a head with no present key's output from its value sums; the output
+// projection. And the Hopper fused kernel's store of a head's output (fused_kernel.cuh).
 #pragma once
 #include "axial_fused/sm90/wg_gemm.cuh"
 
 namespace axial_fused {
+
+// The fused kernel's store of a head's output: this thread's rows r0 and r1 = r0 + 8 of a 64 x HD
+// accumulator o (wgmma layout; t: its column pair in the quad) times inv0 and inv1 (1 / rowsum) into
+// head h's columns of the SW128 output tile O (BM rows).
+template <class T, int BM, int HD>
+__device__ __forceinline__ void store_head_rows(T* O, const float (&o)[HD / 2], int r0, int r1, int h, int t,
+                                                float inv0, float inv1) {
+#pragma unroll
+  for (int jb = 0; jb < HD / 8; ++jb) {
+    const int c = h * HD + 8 * jb + 2 * t;
+    store2(O + sw128_index<BM>(r0, c), o[4 * jb] * inv0, o[4 * jb + 1] * inv0);
+    store2(O + sw128_index<BM>(r1, c), o[4 * jb + 2] * inv1, o[4 * jb + 3] * inv1);
+  }
+}
 
 // T, D, HD: the pass; BM: the block's queries (MT = BM / 64 halves); SPLIT, EXTRAS: as attn_sm90_body.
 // The kernel's registers (row offsets, thread coordinates) are passed in rather than held: held here,

@@ -13,6 +13,7 @@
 //  - the mask on the tensor cores (TMM): one more k-step of S, a tile of ones against the key tile's
 //    mask rows (mask_rows, written beside its keys);
 //  - the sequence's end: the one tile that can run past it gets -inf there (mask_keys).
+// The Hopper fused kernel's key range over packed sequences is mask_other_sequences.
 #pragma once
 #include "axial_fused/common/logits.cuh"
 #include "axial_fused/sm90/attn_pipeline.cuh"
@@ -29,6 +30,21 @@ __device__ __forceinline__ void mask_keys(float (&sc)[BN / 2], int valid) {
 #pragma unroll
     for (int e = 0; e < 4; ++e)
       if (8 * jb + 2 * t + (e & 1) >= valid) sc[4 * jb + e] = -INFINITY;
+}
+
+// The fused kernel's key range (packed sequences of L tokens, a block's keys all its rows'): keys
+// outside the sequence of this thread's two rows of a BN-key score tile, [lo0, lo0 + L) and
+// [lo1, lo1 + L), get -inf. t: this thread's column pair in the quad.
+template <int BN>
+__device__ __forceinline__ void mask_other_sequences(float (&s)[BN / 2], int lo0, int lo1, int L, int t) {
+#pragma unroll
+  for (int jb = 0; jb < BN / 8; ++jb) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int key = 8 * jb + 2 * t + (e & 1);
+      if (unsigned(key - ((e >> 1) ? lo1 : lo0)) >= unsigned(L)) s[4 * jb + e] = -INFINITY;
+    }
+  }
 }
 
 // The end of a sequence's keys that its queries need, from its prepared mask bits (key_bits, fragment
