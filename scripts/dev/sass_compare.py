@@ -2,7 +2,7 @@
 cubin per arch, compared function by function (the bytes of each .text.<function> section). No GPU and
 no nvdisasm needed; a refactor that must not change the kernels shows "0 differ".
 
-    python scripts/dev/sass_compare.py OLD_TREE NEW_TREE [--archs 90a,80] [--jobs 2]
+    python scripts/dev/sass_compare.py OLD_TREE NEW_TREE [--archs 90a,80] [--jobs 2] [--files GLOB,...]
 
 e.g. OLD_TREE from `git worktree add /tmp/base HEAD~1`. Needs nvcc (CUDA_HOME or PATH).
 """
@@ -57,8 +57,12 @@ def main() -> int:
     ap.add_argument("new", type=Path)
     ap.add_argument("--archs", default="90a,80")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--files", default="*.cu",
+                    help="the kernels/ sources to compare: globs, comma-separated (e.g. 'axial_bf16_*.cu,axial_fp16_d64_h4.cu')")
     args = ap.parse_args()
-    sources = sorted(p.name for p in (args.new / "kernels").glob("*.cu"))
+    sources = sorted({p.name for pat in args.files.split(",") for p in (args.new / "kernels").glob(pat)})
+    if not sources:
+        sys.exit(f"sass_compare: no kernels/{args.files}")
     work = Path(tempfile.mkdtemp(prefix="sass_compare_"))
     jobs = []
     with cf.ThreadPoolExecutor(args.jobs) as pool:

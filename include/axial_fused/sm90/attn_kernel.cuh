@@ -14,7 +14,7 @@
 // in registers (max and sum in log2 units, the scale folded into the exponent), O_h = O_h * alpha +
 // P V (wgmma, P from registers), each unit's S issued before the previous unit's P V
 // (FlashAttention-3's order; ptxas waits for that P V before the exponentials, so the row maxima
-// overlap it, docs/performance.md). After the last tile O_h / rowsum goes into head h's columns of
+// overlap it). After the last tile O_h / rowsum goes into head h's columns of
 // the SW128 output tile, and once every head is done the block runs
 // out = O @ W_out^T + bias + x (wg_gemm, its weight ring in the key/value rings' space). With a mask, a
 // sequence with no present key runs no key tiles: each head's output is the mean of its values
@@ -22,12 +22,22 @@
 //
 // The split form (SPLIT, at D >= 512) runs the attention alone and leaves the output projection to
 // out_gemm_sm90_kernel (out_gemm_kernel.cuh).
+//
+// Named parts (each compile-time, in its own header): the online softmax's state with its update,
+// rescale and finalize (online_softmax.cuh: OnlineSoftmax); the logits' terms and the key range
+// (attn_terms.cuh: AttnTerms, its Bias); each head's output and the output projection
+// (attn_epilogue.cuh: AttnEpilogue); the key / value copies and the chunks' order (attn_pipeline.cuh:
+// KvCopy, TileCursor). The ring's schedule and the unit order stay in the body.
 #pragma once
 #include <cuda.h>  // CUtensorMap (the tensor-map output projection)
 
 #include <type_traits>
 
 #include "axial_fused/common/logits.cuh"
+#include "axial_fused/sm90/attn_epilogue.cuh"
+#include "axial_fused/sm90/attn_pipeline.cuh"
+#include "axial_fused/sm90/attn_terms.cuh"
+#include "axial_fused/sm90/online_softmax.cuh"
 #include "axial_fused/sm90/tile_size.h"
 #include "axial_fused/sm90/wg_gemm.cuh"
 
@@ -118,65 +128,6 @@ struct AttnSm90 {
                 "1024-byte aligned tiles; a thread a key's mask row");
 };
 
-// Keys at or past `valid` (the sequence's end, relative to the tile) of a BN-key score tile get -inf.
-template <int BN>
-__device__ __forceinline__ void mask_keys(float (&sc)[BN / 2], int valid) {
-  const int t = threadIdx.x & 3;
-#pragma unroll
-  for (int jb = 0; jb < BN / 8; ++jb)
-#pragma unroll
-    for (int e = 0; e < 4; ++e)
-      if (8 * jb + 2 * t + (e & 1) >= valid) sc[4 * jb + e] = -INFINITY;
-}
-
-// The end of a sequence's keys that its queries need, from its prepared mask bits (key_bits, fragment
-// order, keys past L absent): past its last 64-key chunk with a present key, or 0 where no key is
-// present (its queries attend uniformly to all L: value_sums in attn_sm90_body). A key tile past that
-// end has only absent keys, whose exponentials underflow to exactly 0 beside a present key's, so it
-// may be skipped. Each warp computes it on its own (no block barrier): a lane per chunk, 8 bytes each.
-__device__ __forceinline__ int present_key_end(const uint16_t* bits, int L) {
-  const int chunks = (L + 63) / 64;
-  int last = -1;
-  for (int c = threadIdx.x & 31; c < chunks; c += 32) {
-    const uint2 w = __ldg(reinterpret_cast<const uint2*>(bits) + c);
-    if ((w.x & w.y) != 0xffffffffu) last = c;
-  }
-  last = __reduce_max_sync(0xffffffffu, last);
-  return last < 0 ? 0 : min(L, 64 * (last + 1));
-}
-
-// One tile of the online softmax for a warpgroup's 64 x BN scores (wgmma accumulator layout: row g
-// in e = 0, 1 and row g + 8 in e = 2, 3 of each 8-column block; a row's scores are spread over the
-// quad's four threads). Updates the running max (log2 units, scale folded in) and this thread's
-// partial row sums, returns the factor alpha the output rows must be rescaled by, and the
-// probabilities as the A fragments of P V.
-template <class T, int BN>
-__device__ __forceinline__ void softmax_tile(float (&sc)[BN / 2], float (&m_run)[2], float (&l_run)[2], float (&alpha)[2],
-                                             uint32_t (&pa)[BN / 16][4], float scale_log2) {
-  float mx[2], rs[2] = {0.f, 0.f}, mu[2];
-  acc_row_max(sc, mx);
-#pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    const float m_new = fmaxf(m_run[hr], mx[hr] * scale_log2);
-    mu[hr] = m_new == -INFINITY ? 0.f : m_new;  // a row with nothing unmasked yet stays all-zero
-    alpha[hr] = exp2_ftz(m_run[hr] - mu[hr]);
-    m_run[hr] = m_new;
-  }
-#pragma unroll
-  for (int jb = 0; jb < BN / 8; ++jb) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float x = fmaf(sc[4 * jb + e], scale_log2, -mu[e >> 1]);
-      sc[4 * jb + e] = exp2_ftz(x);
-      rs[e >> 1] += sc[4 * jb + e];
-    }
-  }
-#pragma unroll
-  for (int hr = 0; hr < 2; ++hr) l_run[hr] = l_run[hr] * alpha[hr] + rs[hr];
-#pragma unroll
-  for (int kk = 0; kk < BN / 16; ++kk) acc_to_a<T>(pa[kk], sc, 0, kk);
-}
-
 // O (64 x HD) += P (64 x BN, A fragments) V (BN x HD at v_base, N-major): BN / 16 wgmma k-steps, not
 // committed.
 template <class T, int HD, int BN, int RB>
@@ -208,9 +159,10 @@ template <class T, int D, int HEADS, bool OTMA = false, int SPLIT = 0, bool EXTR
 __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* omap = nullptr,
                                                [[maybe_unused]] const void* kvmap = nullptr) {
 #if AXIAL_FUSED_SM90  // (sm_90a device code only, as the kernels' bodies: the host pass never sees it)
-  // TB: the bias; TM: the mask, by a select per score, or TMM: on the tensor cores.
-  constexpr bool TB = (TERMS & kTermBias) != 0, TM = (TERMS & kTermMask) != 0, TMM = (TERMS & kTermMaskMma) != 0;
   using C = AttnSm90<T, D, HEADS, SPLIT, TERMS>;
+  using Terms = AttnTerms<C, TERMS>;  // the logits' terms and the key range (attn_terms.cuh)
+  using Epilogue = AttnEpilogue<T, D, C::HD, C::BM, SPLIT, EXTRAS>;  // each head's output (attn_epilogue.cuh)
+  constexpr bool TB = Terms::TB, TM = Terms::TM, TMM = Terms::TMM;
   static_assert(C::SERVED, "attn_sm90_kernel instantiated for a configuration it does not serve");
   static_assert(!OTMA || C::OUT_TMA, "the tensor-map output projection needs its mbarriers");
   static_assert(EXTRAS || TERMS == 0, "the terms are an EXTRAS variant's");
@@ -239,19 +191,12 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
   const int g = lane >> 2, t = lane & 3;
   const int nqt = (L + BM - 1) / BM;
   const int64_t s = blockIdx.x / nqt;
-  [[maybe_unused]] const uint16_t* kbits = TM ? p.key_bits + s * (p.kp / 16) : nullptr;
-  // TMM: bit kt of mrow is whether key kt * BN + wtid is absent (the mask's B row this thread writes
-  // into each stage of key tile kt). Requested before present_key_end's loads are waited for.
-  [[maybe_unused]] uint32_t mrow = 0;
-  if constexpr (TMM) {
-    for (int kt = 0; kt * BN < L && kt < 32 && wtid < BN; ++kt) {  // (L <= kMaskMmaMaxLen: at most 32 tiles)
-      const int pos = frag_pos(kt * BN + wtid);
-      mrow |= uint32_t(__ldg(kbits + (pos >> 4)) >> (pos & 15) & 1u) << kt;
-    }
-  }
+  Terms terms;
+  [[maybe_unused]] uint32_t mrow = 0;  // TMM: this thread's mask rows, a bit a key tile (Terms::load_mask)
+  terms.load_mask(p, s, L, wtid, mrow);
   // Key tiles a head runs: with the mask, those up to the sequence's last present key; none where no
   // key is present (`uniform`: each head's output is the mean of its values, value_sums).
-  const int key_end = TM ? present_key_end(kbits, L) : L;
+  const int key_end = terms.key_end(L);
   const bool uniform = TM && key_end == 0;
   const int nkt = (key_end + BN - 1) / BN;
   const int q0 = int(blockIdx.x % nqt) * BM;
@@ -265,13 +210,7 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
       oo[r] = ok ? out_offset(p, s, q0 + r) : -1;
     }
   }
-  // TMM: this warpgroup's A tile of the mask's k-step, 64 rows x 16 columns K-major without swizzle
-  // (core matrices of 8 rows x 16 bytes: columns 0-7 of row r at 16 r, columns 8-15 1 KB on): 1.0 in
-  // column 0, zeros elsewhere. Against B rows holding kMaskedRaw (or 0) in their column 0, the k-step
-  // adds kMaskedRaw to an absent key's score, which then is kMaskedRaw exactly (|q.k + bias| < 2^76).
-  if constexpr (TMM) {
-    st_shared_16(ones + wg * 2048 + wtid * 16, make_uint4(wtid < 64 ? 0x3F80u : 0u, 0u, 0u, 0u));
-  }
+  if constexpr (TMM) Terms::write_ones(ones + wg * 2048, wtid);  // this warpgroup's A tile of the mask's k-step
 
   // This warpgroup's heads h = 2 i + wg, i < nh; chunk j = i * nkt + n is head i's n-th key tile (with
   // the head's queries when n = 0). A head takes its tiles in the order nkt - 1, 0, 1, ..., nkt - 2:
@@ -279,8 +218,8 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
   // (the online softmax does not depend on the order). A chunk's keys are needed by its units' S
   // products, its values by their P V, which runs during the next unit: with one query half that is
   // the next chunk's, so its values may come a chunk later than its keys (LAG = 1). That lets a
-  // two-stage ring run a chunk ahead; with three stages, two chunks ahead measured slower than one
-  // (LAG = 0 there). The copy group requested as chunk j starts holds chunk j + la's keys (in stage
+  // two-stage ring run a chunk ahead; with three stages one chunk ahead, LAG = 0 (two chunks ahead:
+  // docs/alternatives.md). The copy group requested as chunk j starts holds chunk j + la's keys (in stage
   // (j + la) % SW) and chunk j + la - LAG's values (in theirs). la = chunks requested ahead: chunk
   // j - 1's keys are free once its S products are done and chunk j - 2's values once its last P V is
   // (chunk j - 1's last P V is still in flight during chunk j's first unit), so at most SW - 2 + LAG;
@@ -289,36 +228,21 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
   const int nh = (HEADS - wg + 1) / 2, la = LA < nkt ? LA : nkt;
   const uint32_t q_base = smem_u32(qbuf) + wg * 2 * C::Q_BYTES, r_base = smem_u32(ring) + wg * SW * C::STAGE;
   // Rows [row0, row0 + NR) of column block `col` of the scratch into an RB-row swizzled tile at `dst`
-  // (rows past L read as zeros). Each thread copies the same 16-byte piece lc of rows lr, lr + RPP, ...
-  // of every tile (the swizzle repeats every 8 rows), so its offsets are computed once here.
-  constexpr int RPP = 128 / CH;
-  static_assert(RPP % 8 == 0 && BM % RPP == 0 && BN % RPP == 0, "whole passes of the warpgroup");
+  // (rows past L read as zeros; KvCopy). Each thread copies the same 16-byte piece lc of rows lr,
+  // lr + RPP, ... of every tile (the swizzle repeats every 8 rows), so its offsets are computed once here.
+  using Copy = KvCopy<T, C>;
+  constexpr int RPP = Copy::RPP;
   const int lr = wtid / CH, lc = wtid % CH;
   const T* src0 = qkv + int64_t(lr) * ld + lc * 8;
   const uint32_t dst0 = lr * RB + ((lc ^ swz_row<RB>(lr)) << 4);
   auto copy_rows = [&](uint32_t dst, int row0, auto rows_c, int col) {
-    constexpr int NR = decltype(rows_c)::value;
-    const T* from = src0 + int64_t(row0) * ld + col;
-#pragma unroll
-    for (int pass = 0; pass < NR / RPP; ++pass) {
-      const bool ok = row0 + lr + pass * RPP < L;
-      cp_async16_shared(dst + dst0 + pass * RPP * RB, ok ? from + pass * RPP * ld : qkv, ok);
-    }
+    Copy::template rows<decltype(rows_c)::value>(qkv, src0, ld, dst0, lr, L, dst, row0, col);
   };
   using QRows = std::integral_constant<int, BM>;
   using KRows = std::integral_constant<int, BN>;
-  // The chunks' keys and values are each requested strictly in order, so the next one's head, tile
-  // and stage are running counters (no division by the run-time tile count), and a whole tile's rows
-  // are copied without predicates.
-  struct Cursor {
-    int i = 0, n = 0, s = 0;  // head, chunk within the head, stage
-    __device__ int tile(int tiles) const { return n == 0 ? tiles - 1 : n - 1; }
-    __device__ void next(int tiles) {
-      n = n + 1 == tiles ? 0 : n + 1;
-      i += n == 0;
-      s = s + 1 == SW ? 0 : s + 1;
-    }
-  };
+  // The chunks' keys and values are each requested strictly in order (TileCursor), and a whole
+  // tile's rows are copied without predicates.
+  using Cursor = TileCursor<SW>;
   Cursor kc, vc;
   // KVT: the copy group being requested (its mbarrier kv_bars + wg * 32 + 8 gs; groups as the cp.async
   // ones below), and rows [row0, row0 + rows) of column block `col` into it, by boxes of 64 rows.
@@ -353,11 +277,7 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
         copy_rows(st, kt * BN, KRows{}, D + h * HD);
         if constexpr (LAG == 0) copy_rows(st + BN * RB, kt * BN, KRows{}, 2 * D + h * HD);
       }
-      // TMM: the tile's mask rows, a key's 16 bytes (kMaskedRaw in bfloat16, or 0, then zeros), read
-      // by the B descriptor with both 8-column halves at the same bytes (the A tile's second half is 0).
-      if constexpr (TMM) {
-        if (wtid < BN) st_shared_16(st + 2 * BN * RB + wtid * 16, make_uint4(mrow >> kt & 1u ? 0xF180u : 0u, 0u, 0u, 0u));
-      }
+      if constexpr (TMM) Terms::mask_rows(st + 2 * BN * RB, kt, wtid, mrow);  // the tile's mask rows
       kc.next(nkt);
     }
   };
@@ -393,25 +313,11 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
       cp_async_commit();
     }
   };
-  // The gate's factors (K1 stores sigmoid(g)) of this warpgroup's heads into their places in the
-  // output tile: each head's output is multiplied by them as it is stored there, by the threads that
-  // store it. They are first needed at the end of the first head, so they join the second copy group
-  // requested before the head starts where there is one, else they go first, in their own.
-  auto gate_copy = [&] {
-    constexpr int PPR = HD / 8;  // 16-byte pieces of a head's row
-#pragma unroll
-    for (int i = 0; i < (HEADS + 1) / 2; ++i) {
-      const int h = 2 * i + wg;
-      if (h < HEADS) {
-#pragma unroll
-        for (int v = wtid; v < BM * PPR; v += 128) {
-          const int r = v / PPR, c = h * HD + (v % PPR) * 8;
-          const bool ok = q0 + r < L;
-          cp_async16_shared(smem_u32(O + sw128_index<BM>(r, c)), ok ? qkv + int64_t(q0 + r) * ld + 3 * D + c : qkv, ok);
-        }
-      }
-    }
-  };
+  // The gate's factors of this warpgroup's heads into their places in the output tile (by which
+  // store_head multiplies each head's output). They are first needed at the end of the first head, so
+  // they join the second copy group requested before the head starts where there is one, else they
+  // go first, in their own.
+  auto gate_copy = [&] { Epilogue::gate_copy(O, qkv, ld, q0, L, wg, wtid); };
   const bool gated = EXTRAS && SPLIT == 0 && p.gated, gate_late = !KVT && gated && la >= 2;  // (la >= 2: nkt >= 2)
   if (gated && !gate_late) {
     gate_copy();
@@ -426,38 +332,23 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
     warpgroup_sync(wg);  // the mbarriers initialised
     for (int j = 0; j < la; ++j) load(LAG == 0 || j > 0);
   } else for (int j = 0; j < la; ++j) {
-    if (C::BSLOT && j > 0) cp_async_commit();  // (empty: the place of a unit's bias group, issue_bias)
+    if (C::BSLOT && j > 0) cp_async_commit();  // (empty: the place of a unit's bias group, bias.issue)
     if (j == 1 && gate_late) gate_copy();
     load(LAG == 0 || j > 0);  // (with LAG, the first group holds chunk 0's keys alone)
   }
 
-  // TERMS: the unit (head h, key tile kt, query half M)'s terms into the score accumulators acc: the
-  // bias (p.bias_frag: per 64-key chunk, this warp's 16 x 64 block, bias_block_row / _key: four
-  // coalesced 16-byte loads a thread), and kMaskedRaw for the absent keys (p.key_bits: one bit each,
-  // in fragment order, frag_pos). BSLOT: the bias of a warp's next unit is copied into its slot while
-  // this one runs (issue_bias), each thread copying the pieces it reads itself (no barrier).
-  [[maybe_unused]] const __half* bfrag = TB ? p.bias_frag + (s / p.seq_inner) * p.bias_frag_stride_b : nullptr;
-  // (the warp's block of unit (h, kt, M): head h, query rows from q0 + 64 M + 16 warp, its key chunks
-  // from kt * BN / 64 on, 1024 halves each; this thread's pieces at lane * 8 + 256 j)
-  [[maybe_unused]] auto bias_block = [&](int h, int kt, int M) {
-    return bfrag + ((int64_t(h) * (p.kp / 16) + (q0 + M * 64) / 16 + warp) * (p.kp / 64) + kt * (BN / 64)) * 1024 + lane * 8;
-  };
-  [[maybe_unused]] const uint32_t my_slot = bslot + (wg * 4 + warp) * (BN / 64) * 2048 + lane * 16;
-  [[maybe_unused]] Cursor bc;  // the unit whose bias is copied next (BSLOT: one query half)
-  // (its head's first block, moved on a head at each head's end: no address product a unit)
+  // TB: where this warp's units read their bias; BSLOT: the bias of a warp's next unit is copied into
+  // its slot while this one runs (bias.issue): bc is that unit, bhead its head's first block.
+  [[maybe_unused]] const typename Terms::Bias bias(p, s, wg, warp, lane, bslot);
+  // (the warp's bias block of unit (h, kt, M), as a lambda: the kernel's machine code depends on it)
+  [[maybe_unused]] auto bias_block = [&](int h, int kt, int M) { return bias.block(p, h, kt, M, q0, warp, lane); };
+  [[maybe_unused]] Cursor bc;
   [[maybe_unused]] const __half* bhead = C::BSLOT ? bias_block(wg, 0, 0) : nullptr;
-  [[maybe_unused]] auto issue_bias = [&] {  // one copy group (possibly empty) a unit
-    if (bc.i < nh) {
-      const __half* blk = bhead + bc.tile(nkt) * (BN / 64 * 1024);
-#pragma unroll
-      for (int ch = 0; ch < BN / 64; ++ch)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) cp_async16_shared(my_slot + ch * 2048 + j * 512, blk + ch * 1024 + j * 256);
-      bc.next(nkt);
-      if (bc.n == 0) bhead += int64_t(2 * (p.kp / 16)) * (p.kp / 64) * 1024;  // head h + 2
-    }
-    cp_async_commit();
-  };
+  // TERMS (INIT): the unit (head h, key tile kt, query half M)'s terms into the score accumulators
+  // acc, which its S product then accumulates onto: the bias (per 64-key chunk, this warp's 16 x 64
+  // block: four coalesced 16-byte loads a thread, or BSLOT: from the slot), and kMaskedRaw for the
+  // absent keys (p.key_bits: one bit each, in fragment order, frag_pos). (A lambda here: as a function
+  // of AttnTerms, the kernel's machine code shifts.)
   [[maybe_unused]] auto load_terms = [&](float (&acc)[BN / 2], int h, int kt, int M) {
     if constexpr (C::BSLOT) {  // this unit's bias group (the chunk's group came after it; KVT: none)
       if constexpr (KVT) {
@@ -469,12 +360,12 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
 #pragma unroll
     for (int ch = 0; ch < BN / 64; ++ch) {
       const int k0 = kt * BN + ch * 64 + t * 16;
-      const uint32_t absent = TM && !TMM ? __ldg(kbits + k0 / 16) : 0u;
+      const uint32_t absent = TM && !TMM ? __ldg(terms.kbits + k0 / 16) : 0u;
       [[maybe_unused]] const __half* blk = TB && !C::BSLOT ? bias_block(h, kt, M) + ch * 1024 : nullptr;
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         uint4 u = make_uint4(0u, 0u, 0u, 0u);
-        if constexpr (C::BSLOT) u = ld_shared_16(my_slot + ch * 2048 + j * 512);
+        if constexpr (C::BSLOT) u = ld_shared_16(bias.my_slot + ch * 2048 + j * 512);
         else if constexpr (TB) u = __ldg(reinterpret_cast<const uint4*>(blk + j * 256));
         const uint32_t w[4] = {u.x, u.y, u.z, u.w};
         const int i = j >> 1;
@@ -492,12 +383,11 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
       }
     }
   };
-  // Whether a unit's accumulators start from its terms (the bias, or the mask by selects).
-  constexpr bool INIT = TB || (TM && !TMM);
+  constexpr bool INIT = Terms::INIT;
   float sc[BN / 2];  // a unit's scores (with INIT, from its terms on)
 
   if constexpr (C::BSLOT) {
-    if (!uniform) issue_bias();  // the first unit's
+    if (!uniform) bias.issue(p, bc, bhead, nh, nkt);  // the first unit's
   }
   // Copy groups newer than the one a chunk start waits for: the la - 1 chunks' groups after it and,
   // with BSLOT, the la units' bias groups between them (the first of them in the prologue); a
@@ -517,142 +407,40 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
   };
   static_assert(!C::BSLOT || (MT == 1 && SW <= 4), "one bias slot a warp; at most three groups newer");
 
-  // A sequence with no present key (`uniform`): every logit is kMaskedRaw, so each query attends
-  // uniformly to the L keys and head h's output is the same for all queries: its values' column sums
-  // over 1 / L. The warpgroup sums them on the CUDA cores (no key tiles, no S product, no softmax): a
-  // thread one 16-byte piece of every RPS-th row, eight rows' loads issued before their sums, reduced
-  // across the lanes, then the warps through this warpgroup's ring (idle in such a block), into this
-  // thread's accumulator entries of each head's output (o[m][4 jb + 2 hr + e] holds column
-  // 8 jb + 2 t + e), which store_head divides by L. The gate's factors (gate_copy) are waited for
-  // before the barrier, so that every thread's copies are visible to store_head.
+  using Softmax = OnlineSoftmax<T, BN, MT>;
+  // A sequence with no present key (`uniform`): head h's output from its values' column sums
+  // (Epilogue::value_sums), the warps' partial sums through this warpgroup's ring (idle in such a block).
   auto value_sums = [&](int h, float (&o)[MT][HD / 2]) {
-    constexpr int PPR = HD / 8, RPS = 128 / PPR, BATCH = 8;
-    float acc[8] = {};
-    const T* v = qkv + 2 * D + h * HD + (wtid % PPR) * 8;
-    for (int r0 = wtid / PPR; r0 < L; r0 += BATCH * RPS) {
-      uint4 u[BATCH];
-#pragma unroll
-      for (int k = 0; k < BATCH; ++k) {
-        const int r = r0 + k * RPS;
-        u[k] = r < L ? *reinterpret_cast<const uint4*>(v + int64_t(r) * ld) : make_uint4(0u, 0u, 0u, 0u);
-      }
-#pragma unroll
-      for (int k = 0; k < BATCH; ++k) {
-        const uint32_t w[4] = {u[k].x, u[k].y, u[k].z, u[k].w};
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const float2 f = Pack2<T>::unpack(*reinterpret_cast<const typename Pack2<T>::type*>(&w[j]));
-          acc[2 * j] += f.x, acc[2 * j + 1] += f.y;
-        }
-      }
-    }
-#pragma unroll
-    for (int off = PPR; off < 32; off *= 2)
-#pragma unroll
-      for (int e = 0; e < 8; ++e) acc[e] += __shfl_xor_sync(0xffffffffu, acc[e], off);
     float* part = reinterpret_cast<float*>(ring + wg * SW * C::STAGE);  // [warp][HD]
-    if (lane < PPR) {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) part[warp * HD + lane * 8 + e] = acc[e];
-    }
-    cp_async_wait<0>();
-    warpgroup_sync(wg);
-#pragma unroll
-    for (int jb = 0; jb < HD / 8; ++jb)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int c = 8 * jb + 2 * t + e;
-        const float sum = part[c] + part[HD + c] + part[2 * HD + c] + part[3 * HD + c];
-#pragma unroll
-        for (int m = 0; m < MT; ++m) o[m][4 * jb + e] = o[m][4 * jb + 2 + e] = sum;
-      }
-    warpgroup_sync(wg);  // (the partial sums read before the next head's are written)
+    Epilogue::value_sums(qkv, ld, L, part, wg, wtid, warp, lane, t, h, o);
   };
 
-  // Head h's output O_h / rowsum into its columns of the output tile (SPLIT: of the scratch's q, as
-  // 16-byte vectors; rows past the sequence's end are not written).
-  auto store_head = [&](int h, const float (&o)[MT][HD / 2], const float (&l_run)[MT][2]) {
-#pragma unroll
-    for (int m = 0; m < MT; ++m) {
-      float inv[2];
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        float l = l_run[m][hr];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        inv[hr] = 1.f / l;
-      }
-      const int r0 = 64 * m + warp * 16 + g;
-      if constexpr (SPLIT != 0) {
-        // With the gate: gf[e] = sigmoid(g) of output element e, from the query's scratch row.
-        float gf[HD / 2];
-#pragma unroll
-        for (int e = 0; e < HD / 2; ++e) gf[e] = 1.f;
-        if constexpr (EXTRAS) {
-          if (p.gated) {
-#pragma unroll
-            for (int hr = 0; hr < 2; ++hr) {
-              const int q = q0 + r0 + 8 * hr < L ? q0 + r0 + 8 * hr : L - 1;
-#pragma unroll
-              for (int jb = 0; jb < HD / 8; ++jb) {
-                const float2 gv = load2(qkv + int64_t(q) * ld + 3 * D + h * HD + 8 * jb + 2 * t);
-                gf[4 * jb + 2 * hr] = gv.x;
-                gf[4 * jb + 2 * hr + 1] = gv.y;
-              }
-            }
-          }
-        }
-        float ov[HD / 2];  // (a copy: writing the accumulators themselves makes ptxas fence the wgmma)
-#pragma unroll
-        for (int e = 0; e < HD / 2; ++e) ov[e] = o[m][e] * inv[(e >> 1) & 1] * gf[e];
-        T* const o_rows = const_cast<T*>(qkv) + int64_t(q0) * ld;
-        auto put = [&](int r, int c, uint4 v) {
-          if (q0 + r < L) st_global_16(o_rows + int64_t(r) * ld + c, v);
-        };
-        store_vec8<T, HD>(ov, r0, h * HD, t, put);
-      } else {
-#pragma unroll
-        for (int jb = 0; jb < HD / 8; ++jb) {
-          const int c = h * HD + 8 * jb + 2 * t;
-#pragma unroll
-          for (int hr = 0; hr < 2; ++hr) {
-            T* const at = O + sw128_index<BM>(r0 + 8 * hr, c);
-            float f0 = inv[hr], f1 = inv[hr];
-            if constexpr (EXTRAS) {
-              if (p.gated) {  // the gate's factors, copied here (gate_copy)
-                const float2 gv = load2(at);
-                f0 *= gv.x, f1 *= gv.y;
-              }
-            }
-            store2(at, o[m][4 * jb + 2 * hr] * f0, o[m][4 * jb + 2 * hr + 1] * f1);
-          }
-        }
-      }
-    }
+  auto store_head = [&](int h, const float (&o)[MT][HD / 2], const Softmax& sm) {
+    Epilogue::store_head(p, O, qkv, ld, q0, L, warp, g, t, h, o, sm);
   };
 
   AXIAL_PHASE(0);
   if (uniform) {
     for (int i = 0; i < nh; ++i) {
-      float o[MT][HD / 2], l_run[MT][2];
+      float o[MT][HD / 2];
+      Softmax sm;
+      sm.reset();
       value_sums(2 * i + wg, o);
       AXIAL_PHASE(7);
-#pragma unroll
-      for (int m = 0; m < MT; ++m) l_run[m][0] = l_run[m][1] = t == 0 ? float(L) : 0.f;  // (the quad's sum: L)
-      store_head(2 * i + wg, o, l_run);
+      sm.uniform(L, t == 0);
+      store_head(2 * i + wg, o, sm);
       AXIAL_PHASE(5);
     }
   } else for (int i = 0; i < nh; ++i) {
     const int h = 2 * i + wg;
     const uint32_t qb = q_base + (i & 1) * C::Q_BYTES;
-    float o[MT][HD / 2], m_run[MT][2], l_run[MT][2];
+    Softmax sm;
+    sm.reset();
+    float o[MT][HD / 2];
 #pragma unroll
-    for (int m = 0; m < MT; ++m) {
+    for (int m = 0; m < MT; ++m)
 #pragma unroll
       for (int e = 0; e < HD / 2; ++e) o[m][e] = 0.f;
-      m_run[m][0] = m_run[m][1] = -INFINITY;
-      l_run[m][0] = l_run[m][1] = 0.f;
-    }
     // The head runs as units u = (key tile kt, query half m) in FlashAttention-3's intra-warpgroup
     // order: unit u issues S(u) and then P(u-1) V(u-1), and waits for S(u) only. (ptxas puts the wait
     // for P V before the exponentials, which write registers that held S's accumulators: only the row
@@ -661,6 +449,7 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
     // units alternate between the buffers in a fixed order; with one, the new P is copied over.
     uint32_t p_buf[2][BN / 16][4];
     float alpha[2];
+    const auto rescale = Softmax::rescaler(alpha);  // (an output half times alpha)
     uint32_t v_prev = 0;  // the previous unit's values; its query half is (m + MT - 1) % MT
     // Waits for the head's n-th chunk's keys and chunk n - LAG's values, requests the next copy group;
     // returns the chunk's stage.
@@ -700,14 +489,13 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
 #pragma unroll
       for (int kk = 0; kk < HD / 16; ++kk)
         Wgmma<T, BN>::mma(sc, desc_plus(qd, kk * 32), desc_plus(kd, kk * 32), INIT || kk > 0);
-      if constexpr (TMM)  // the mask's k-step: the A tile of ones, B the tile's mask rows (no swizzle)
-        Wgmma<T, BN>::mma(sc, nosw_desc(ones + wg * 2048, 1024, 128), nosw_desc(k_base + 2 * BN * RB, 0, 128), 1);
+      if constexpr (TMM) Terms::template mask_kstep<T>(sc, ones + wg * 2048, k_base + 2 * BN * RB);
       wgmma_commit();
       if constexpr (!FIRST) {  // the previous unit's O += P V, in flight during this unit's row maxima
         pv_issue<T, HD, BN, RB>(o[(M + MT - 1) % MT], p_buf[PREV], v_prev);
         wgmma_commit();
       }
-      if constexpr (C::BSLOT) issue_bias();  // (the slot's pieces are in sc by now)
+      if constexpr (C::BSLOT) bias.issue(p, bc, bhead, nh, nkt);  // (the slot's pieces are in sc by now)
       if constexpr (!FIRST) {
         wgmma_wait<1>();
       } else {
@@ -718,7 +506,7 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
       if constexpr (MASK) {
         if (kt * BN + BN > L) mask_keys<BN>(sc, L - kt * BN);
       }
-      softmax_tile<T, BN>(sc, m_run[M], l_run[M], alpha, p_buf[CUR], p.scale_log2);
+      sm.template update<M>(sc, p_buf[CUR], alpha, p.scale_log2);
       AXIAL_PHASE(3);
       if constexpr (!FIRST) {
         wgmma_wait<0>();
@@ -726,13 +514,7 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
 #pragma unroll
         for (int mm = 0; mm < MT; ++mm) fence_regs(o[mm]);
       }
-#pragma unroll
-      for (int jb = 0; jb < HD / 8; ++jb) {
-        o[M][4 * jb] *= alpha[0];
-        o[M][4 * jb + 1] *= alpha[0];
-        o[M][4 * jb + 2] *= alpha[1];
-        o[M][4 * jb + 3] *= alpha[1];
-      }
+      rescale(o[M]);
       if constexpr (MT == 1) {
 #pragma unroll
         for (int kk = 0; kk < BN / 16; ++kk)
@@ -773,7 +555,7 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
     keep_regs(p_buf[1]);
 #pragma unroll
     for (int mm = 0; mm < MT; ++mm) fence_regs(o[mm]);
-    store_head(h, o, l_run);
+    store_head(h, o, sm);
   }
   if constexpr (SPLIT == 0) {  // (SPLIT: the projection is out_gemm_sm90_kernel's)
     // out = O @ W_out^T + bias + x, the weight streamed through the rings' space.
@@ -782,17 +564,7 @@ __device__ __forceinline__ void attn_sm90_body(const PassParams& p, const void* 
     fence_proxy_async();
     __syncthreads();
     AXIAL_PHASE(6);
-    auto project = [&](auto&& epi) {
-      if constexpr (OTMA) {
-        const uint32_t ofull = smem_u32(qbuf), oempty = ofull + 64;  // the first warpgroup's queries, done with
-        out_tma_barriers<C::OUT_S>(ofull, oempty);
-        wg_gemm_tma<T, C::WGM, C::WGN, C::OUT_BNW, D, D, C::OUT_S, C::OUT_KW>(O, omap, smem_u32(ring), ofull, oempty, epi);
-      } else {
-        wg_gemm<T, C::WGM, C::WGN, C::OUT_BNW, D, D, C::OUT_S, C::OUT_KW>(O, static_cast<const T*>(p.w_out),
-                                                                         reinterpret_cast<T*>(ring), epi);
-      }
-    };
-    project(OutEpilogue<T, EXTRAS>(p, xo, oo));
+    Epilogue::template project<C, OTMA>(p, O, omap, ring, qbuf, OutEpilogue<T, EXTRAS>(p, xo, oo));
     AXIAL_PHASE(8);
   }
 #ifdef AXIAL_FUSED_PHASE_CLOCK

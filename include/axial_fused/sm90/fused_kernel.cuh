@@ -19,9 +19,14 @@
 // Nothing but x, the weights and out (and the mask and bias, where given) touches global memory.
 // head_dim 32 with an even number of heads and D <= 256 (the D = 128/4, 192/6, 256/8 specializations;
 // FusedSm90::SERVED); bf16/fp16.
+// Its parts shared with the attention kernel's headers: row_softmax (online_softmax.cuh),
+// mask_other_sequences (attn_terms.cuh), store_head_rows (attn_epilogue.cuh).
 #pragma once
 #include "axial_fused/common/logits.cuh"
+#include "axial_fused/sm90/attn_epilogue.cuh"
+#include "axial_fused/sm90/attn_terms.cuh"
 #include "axial_fused/sm90/layernorm_sw128.cuh"
+#include "axial_fused/sm90/online_softmax.cuh"
 #include "axial_fused/sm90/tile_size.h"
 #include "axial_fused/sm90/wg_gemm.cuh"
 
@@ -243,16 +248,7 @@ __device__ __forceinline__ void fused_sm90_body(const PassParams& p) {
 
       // 2d. Masked softmax of whole rows (a row's 128 scores live in the 4 threads of a quad): a key
       // counts only inside its row's sequence, [lo, lo + L).
-      if (!unmasked) {
-#pragma unroll
-        for (int jb = 0; jb < 16; ++jb) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int key = 8 * jb + 2 * t + (e & 1);
-            if (unsigned(key - ((e >> 1) ? lo1 : lo0)) >= unsigned(L)) s[4 * jb + e] = -INFINITY;
-          }
-        }
-      }
+      if (!unmasked) mask_other_sequences<128>(s, lo0, lo1, L, t);
       float scale = p.scale_log2;
       if constexpr (EXTRAS) {
         if (terms) {  // scaled, terms added (-inf stays -inf): the softmax takes scale 1
@@ -260,23 +256,8 @@ __device__ __forceinline__ void fused_sm90_body(const PassParams& p) {
           scale = 1.f;
         }
       }
-      float mx[2], sum[2] = {0.f, 0.f};
-      acc_row_max(s, mx);
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) mx[hr] = mx[hr] == -INFINITY ? 0.f : mx[hr] * scale;
-#pragma unroll
-      for (int jb = 0; jb < 16; ++jb) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          s[4 * jb + e] = exp2_ftz(fmaf(s[4 * jb + e], scale, -mx[e >> 1]));
-          sum[e >> 1] += s[4 * jb + e];
-        }
-      }
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        sum[hr] += __shfl_xor_sync(0xffffffffu, sum[hr], 1);
-        sum[hr] += __shfl_xor_sync(0xffffffffu, sum[hr], 2);
-      }
+      float mx[2], sum[2] = {0.f, 0.f};  // the rows' scaled maxima, their sums
+      row_softmax<128>(s, scale, mx, sum);
 
       AXIAL_PHASE(5);
       // 2e. O_h = P V (P from registers, 8 k-steps of 16 keys; Vt: N = 32 head columns, K = keys).
@@ -298,13 +279,7 @@ __device__ __forceinline__ void fused_sm90_body(const PassParams& p) {
       fence_regs(o);
 
       // 2f. O_h / rowsum into the O tile (columns h * 32 ..), the A operand of the output projection.
-      const float inv0 = 1.f / sum[0], inv1 = 1.f / sum[1];
-#pragma unroll
-      for (int jb = 0; jb < 4; ++jb) {
-        const int c = h * HD + 8 * jb + 2 * t;
-        store2(O + sw128_index<BM>(r0, c), o[4 * jb] * inv0, o[4 * jb + 1] * inv0);
-        store2(O + sw128_index<BM>(r1, c), o[4 * jb + 2] * inv1, o[4 * jb + 3] * inv1);
-      }
+      store_head_rows<T, BM, HD>(O, o, r0, r1, h, t, 1.f / sum[0], 1.f / sum[1]);
       AXIAL_PHASE(6);
     }
   }
