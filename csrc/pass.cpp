@@ -460,7 +460,7 @@ void run_pass(const SpecInfo* spec, const Tensor& in, const Tensor& out, const P
   }
   // The tensor maps are encoded here, before anything launches: where one does not encode (a driver
   // without the encoder), the pass is planned again without the TMA kernels.
-  TensorMaps maps;
+  TensorMaps maps{};  // (a kernel given a map it does not read gets zeros)
   if (plan_needs_maps(k) && spec->encode_maps(k, p, &maps) != cudaSuccess) {
     r.tensor_maps = false;
     k = plan_pass(spec, r, dev);
