@@ -18,7 +18,7 @@ import torch
 sys.path.insert(0, os.path.dirname(__file__))
 
 import axial_fused as af  # noqa: E402
-from axial_fused import _ext  # noqa: E402
+from axial_fused import _ext, _ops  # noqa: E402
 from axial_fused import functional as F_  # noqa: E402
 from helpers import gpus, hopper_ready  # noqa: E402
 
@@ -52,27 +52,26 @@ def pytest_runtest_logreport(report):
 
 # ---- the fused branch on the CPU ------------------------------------------------------------------
 
-def _stand_in_pass(x, nw, nb, qkv, ow, ob, heads, axis, eps, qb=None, gw=None, gb=None, mask=None, bias=None,
-                   residual=True, bw=None):
-    """CPU kernel for the op in these tests: the reference, contiguous as the CUDA kernel's output."""
+def _reference_pass(x, weights, heads, axis, eps, mask, bias, residual):
+    """One pass by the reference, its 9 weights in _checks.FIELDS' order, contiguous as the CUDA kernel's output."""
+    nw, nb, qkv, ow, ob, qb, gw, gb, bw = weights
     return af.reference.reference_pass(x, nw, nb, qkv, ow, ob, qb, gw, gb, bw, num_heads=heads,
                                        axis="row" if axis == 0 else "col", eps=eps, mask=mask, bias=bias,
                                        residual=residual).contiguous()
 
 
-# axial_attention's optional arguments past (x, row weights, column weights, heads, eps), in the schema's
-# order: each pass's q/k/v bias, gate weight and gate bias; mask, row bias, column bias, residual, and each
-# pass's bias weight.
-_OPTIONAL = (None,) * 6 + (None, None, None, True, None, None)
+def _stand_in(op_name):
+    """CPU kernel for axial_pass / axial_attention in these tests: the reference, pass by pass, the
+    operator's arguments read by their schema names."""
+    op = getattr(torch.ops.axial_fused, op_name).default
 
-
-def _stand_in_attention(x, *a):
-    """CPU kernel for the op: both passes of _stand_in_pass."""
-    a = a + _OPTIONAL[len(a) - 12:]
-    row, col, heads, eps, ropt, copt = a[:5], a[5:10], a[10], a[11], a[12:15], a[15:18]
-    mask, rb, cb, residual, rbw, cbw = a[18:24]
-    y = _stand_in_pass(x, *row, heads, 0, eps, *ropt, mask, rb, residual, rbw)
-    return _stand_in_pass(y, *col, heads, 1, eps, *copt, mask, cb, residual, cbw)
+    def kernel(*args, **kwargs):
+        a = _ops._bind(op, args, kwargs)
+        y = a["x"]
+        for _, axis, weights, bias in _ops._passes(a):
+            y = _reference_pass(y, weights, a["num_heads"], axis, a["eps"], a["mask"], bias, a["residual"])
+        return y
+    return kernel
 
 
 def _reason_fused_on_cpu(x, passes, dim, num_heads, biases=()):
@@ -90,6 +89,6 @@ def fused_on_cpu(monkeypatch):
         pytest.skip(f"extension not built: {_ext.error}")
     monkeypatch.setattr(F_, "_reason", _reason_fused_on_cpu)
     with torch.library._scoped_library("axial_fused", "IMPL") as lib:
-        lib.impl("axial_pass", _stand_in_pass, "CPU")
-        lib.impl("axial_attention", _stand_in_attention, "CPU")
+        lib.impl("axial_pass", _stand_in("axial_pass"), "CPU")
+        lib.impl("axial_attention", _stand_in("axial_attention"), "CPU")
         yield

@@ -13,18 +13,16 @@ import pytest
 import torch
 
 import axial_fused as af
-from axial_fused import _ext
-from axial_fused.plan import plan_pass
-from helpers import gpus, kernels_launched, make_weights, rand_x
+from axial_fused import _ext, cases
+from helpers import kernels_launched, make_weights, rand_x
 
-pytestmark = pytest.mark.skipif(_ext.C is None, reason=f"extension not built: {_ext.error}")
+pytestmark = pytest.mark.needs_ext
 
 FUSED, TWO_KERNEL, FUSED_SM90 = 0, 1, 2  # PassPath
 H200 = dict(arch=90, sm90a=True, sms=132, smem_optin=232448)
 A100 = dict(arch=80, sm90a=False, sms=108, smem_optin=166912)
 
 
-_DTYPE = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 _PATH_NAMES = {FUSED: "fused", TWO_KERNEL: "two_kernel", FUSED_SM90: "fused_sm90"}
 
 
@@ -47,7 +45,7 @@ def plan(spec, num_seq, length, device=H200, tf32=False, forced=-1, gated=False)
 
 def compiled(pred):
     """The compiled specializations that satisfy pred (a test is skipped where none is)."""
-    found = sorted(s for s in _ext.specs() if pred(*s)) if _ext.C is not None else []
+    found = cases.specs(pred)
     return found or [pytest.param(None, marks=pytest.mark.skip(reason="no such specialization compiled"))]
 
 
@@ -326,11 +324,11 @@ def _ours(names):
     return out
 
 
-@pytest.mark.skipif(not gpus(), reason="needs a CUDA GPU")
+@pytest.mark.gpu
 @pytest.mark.parametrize("spec", compiled(lambda dt, d, h: True), ids=str)
 def test_the_kernels_launched_are_the_ones_the_plan_names(spec):
     dt, dim, heads = spec
-    dtype = _DTYPE[dt]
+    dtype = cases.DTYPES[dt]
     torch.manual_seed(0)
     w = make_weights(dim, heads, dtype, "cuda", qkv_bias=False)
     pw = make_weights(dim, heads, dtype, "cuda", qkv_bias=True).row
@@ -353,7 +351,7 @@ def test_the_kernels_launched_are_the_ones_the_plan_names(spec):
 @pytest.mark.parametrize("spec", SMALL, ids=str)
 def test_explain_names_the_kernels_of_each_pass(spec):
     dt, dim, heads = spec
-    dtype = _DTYPE[dt]
+    dtype = cases.DTYPES[dt]
     w = make_weights(dim, heads, dtype, "cpu")
     x = rand_x((2, 16, 300, dim), dtype, "cpu", seed=1)  # rows of 300 tokens, columns of 16
     row, col = af.explain(x, w, device="a100")
