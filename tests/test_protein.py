@@ -221,6 +221,21 @@ def test_leading_dims_extra_kwargs_and_no_mask():
     assert rel_err(one, msa_row64(mod, m[0], z[0], None)) < 1e-5
 
 
+@pytest.mark.parametrize("name", ["msa_row", "msa_col", "tri_start", "tri_end"])
+def test_unknown_kernel_flags_are_accepted_and_ignored(name):
+    """A model's own kernel flags (OpenFold's cuEquivariance integration passes
+    use_cuequivariance_attention=) and ones not yet written reach the drop-ins as keywords: accepted,
+    ignored, the same update; a positional argument past the known ones is still an error."""
+    _, mod, inputs, ref = {c[0]: c for c in cases("cpu")}[name]
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", af.FusedFallbackWarning)
+        out = mod(*inputs, use_cuequivariance_attention=True, some_future_flag=3)
+        assert torch.equal(out, mod(*inputs))
+        assert rel_err(out, reference(ref, inputs[0].shape[0])) < 1e-5
+        with pytest.raises(TypeError):
+            mod(*inputs, *([None] * 12))
+
+
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 def test_empty_inputs_give_empty_updates(device):
     """An empty batch, MSA or residue axis gives the empty update of the input's shape, as OpenFold's

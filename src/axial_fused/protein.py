@@ -279,8 +279,10 @@ class MSAAttention(nn.Module):
     def forward(self, m: torch.Tensor, z: torch.Tensor | None = None, mask: torch.Tensor | None = None,
                 chunk_size=None, use_memory_efficient_kernel=False, use_deepspeed_evo_attention=False,
                 use_lma=False, use_flash=False, inplace_safe=False, _chunk_logits=None,
-                _checkpoint_chunks=None, *, residual: bool = False) -> torch.Tensor:
-        # (chunking, the kernel choices and in-place flags are OpenFold's; the fused pass needs none)
+                _checkpoint_chunks=None, *, residual: bool = False, **kernel_flags) -> torch.Tensor:
+        # (chunking, the kernel choices and in-place flags are OpenFold's, and kernel_flags any other
+        # keyword a model passes to choose its kernels, e.g. use_cuequivariance_attention: the fused
+        # pass needs none of them)
         check_channels_last(m, "m", self.c_in, "[*, N_seq, N_res, c_m]")
         check_residual(residual)
         mask = _pass_mask(mask, m, "[*, N_seq, N_res]")
@@ -312,7 +314,7 @@ class MSAColumnAttention(nn.Module):
 
     def forward(self, m: torch.Tensor, mask: torch.Tensor | None = None, chunk_size=None,
                 use_deepspeed_evo_attention=False, use_lma=False, use_flash=False, *,
-                residual: bool = False) -> torch.Tensor:
+                residual: bool = False, **kernel_flags) -> torch.Tensor:
         check_channels_last(m, "m", self.c_m, "[*, N_seq, N_res, c_m]")
         check_residual(residual)
         mask = _pass_mask(mask, m, "[*, N_seq, N_res]")
@@ -349,7 +351,7 @@ class TriangleAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, chunk_size=None,
                 use_memory_efficient_kernel=False, use_deepspeed_evo_attention=False, use_lma=False,
-                inplace_safe=False, *, residual: bool = False) -> torch.Tensor:
+                inplace_safe=False, *, residual: bool = False, **kernel_flags) -> torch.Tensor:
         return _triangle_update(self, x, mask, residual)
 
 
