@@ -391,3 +391,20 @@ def test_info_prints_plans_and_tiles():
     for dt, dim, heads in _ext.specs():
         assert f"{dt} dim {dim} heads {heads}:" in tiles
     assert "mma_sync" in tiles and "BM=" in tiles
+
+
+def test_explain_axial_weights_takes_axial_attentions_arguments():
+    spec = sorted(_ext.specs())[0]
+    dt, dim, heads = spec
+    dtype = cases.DTYPES[dt]
+    w = make_weights(dim, heads, dtype, "cpu")
+    x = rand_x((2, 16, 300, dim), dtype, "cpu", seed=2)
+    mask = torch.ones(2, 16, 300, dtype=torch.bool)
+    row, col = af.explain(x, w, mask=mask, row_bias=torch.zeros(2, heads, 300, 300, dtype=dtype), device="a100")
+    assert row == kernels(spec, 32, 300, A100, mask=True, bias=True)  # both passes see the mask ...
+    assert col == kernels(spec, 600, 16, A100, mask=True)              # ... each its own bias
+    assert af.explain(x, w, residual=False, device="a100")[0].extras
+    with pytest.raises(ValueError, match="row_bias and col_bias"):
+        af.explain(x, w, mask=mask, bias=torch.zeros(2, heads, 300, 300, dtype=dtype), device="a100")
+    with pytest.raises(ValueError, match="axial_attention's arguments"):
+        af.explain(x, w.row, heads, row_bias=torch.zeros(2, heads, 300, 300, dtype=dtype), device="a100")

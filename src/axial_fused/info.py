@@ -17,7 +17,8 @@ from importlib import metadata
 
 import torch
 
-from . import _ext
+from . import _ext, _specs
+from ._checks import DTYPE_NAMES
 from ._version import __version__, cuda_major
 
 
@@ -93,14 +94,14 @@ def tiles() -> str:
     if _ext.C is None:
         return f"no CUDA extension: {_ext.error}"
     out = []
-    for dt, d, h in sorted(_ext.C.compiled_specs(), key=lambda s: (s[1], s[2], s[0])):
+    for dt, d, h in _ext.C.compiled_specs():  # (by dim, heads, dtype)
         out.append(f"{dt} dim {d} heads {h}:")
         out += [f"  {row}" for row in _ext.C.tiles(dt, d, h).splitlines()]
     return "\n".join(out)
 
 
-_DTYPES = {"fp32": torch.float32, "float32": torch.float32, "fp16": torch.float16, "float16": torch.float16,
-           "bf16": torch.bfloat16, "bfloat16": torch.bfloat16}
+# The dtype of --plan's SPEC, by its name or the short one of AXIAL_FUSED_SPECS (bf16, ...).
+_DTYPES = {name: dt for dt, name in DTYPE_NAMES.items()} | dict(zip(_specs.DTYPES, DTYPE_NAMES))
 
 
 def plans(spec: str, shape: str, device: str | None, mask: bool, bias: bool, gate: bool) -> str:
@@ -118,8 +119,7 @@ def plans(spec: str, shape: str, device: str | None, mask: bool, bias: bool, gat
     lines = [f"{dt}:{dim}x{heads}, x [{B}, {H}, {W}, {dim}], on {dev}:"]
     for axis, num_seq, length in (("row", B * H, W), ("col", B * W, H)):
         try:
-            p = plan_pass(dtype, dim, heads, num_seq, length, dev, gated=gate, extras=mask or bias or gate, mask=mask,
-                          bias=bias)
+            p = plan_pass(dtype, dim, heads, num_seq, length, dev, gated=gate, mask=mask, bias=bias)
         except (ValueError, TypeError, RuntimeError) as e:
             raise SystemExit(f"--plan: {e}") from None
         lines.append(f"  {axis}: {p}")

@@ -16,6 +16,7 @@ import dataclasses
 import torch
 
 from . import _ext
+from ._checks import DTYPE_NAMES
 
 # Devices described by the numbers the planner reads (compute capability, SMs, shared memory a block
 # may opt in to, whether the sm_90a kernels are loaded).
@@ -85,32 +86,37 @@ def device_description(device) -> dict:
 
 def plan_pass(dtype: torch.dtype, dim: int, heads: int, num_seq: int, length: int, device, *, gated=False,
               extras=False, mask=False, bias=False, bias_from_ln=False, path: str | None = None) -> Plan:
-    """The plan of one pass of `num_seq` sequences of `length` tokens (features as flags)."""
+    """The plan of one pass of `num_seq` sequences of `length` tokens (features as flags; `extras`: a
+    feature the flags do not name, the q/k/v bias or the update alone)."""
     if _ext.C is None:
         raise RuntimeError(f"axial_fused: no plan without the CUDA extension: {_ext.error}")
-    names = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
-    if dtype not in names:
+    if dtype not in DTYPE_NAMES:
         raise TypeError(f"dtype: the kernels take float32, float16 or bfloat16; got {dtype}")
     if path is not None and path not in _PATHS:
         raise ValueError(f"path: one of {sorted(_PATHS)} or None (the planner's choice); got {path!r}")
     tf32 = dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
-    text = _ext.C.plan(names[dtype], dim, heads, num_seq, length, device_description(device), tf32=tf32, gated=gated,
+    text = _ext.C.plan(DTYPE_NAMES[dtype], dim, heads, num_seq, length, device_description(device), tf32=tf32, gated=gated,
                        extras=extras, mask=mask, bias=bias, bias_from_ln=bias_from_ln,
                        forced=-1 if path is None else _PATHS[path])
     return Plan.parse(text)
 
 
 def explain(x: torch.Tensor, weights, num_heads: int | None = None, *, axis: str = "row", mask=None, bias=None,
-            residual: bool = True, device=None):
+            row_bias=None, col_bias=None, residual: bool = True, device=None):
     """The plan of ``axial_pass(x, weights, num_heads, axis=..., mask=..., bias=..., residual=...)``, or,
-    for AxialWeights, the (row, column) plans of ``axial_attention(x, weights)``. `device`: x's GPU by
-    default; a name of DEVICES or a dict describes another (no GPU needed)."""
+    for AxialWeights, the (row, column) plans of ``axial_attention(x, weights, mask=..., row_bias=...,
+    col_bias=..., residual=...)``. `device`: x's GPU by default; a name of DEVICES or a dict describes
+    another (no GPU needed)."""
     from . import _checks as C
     from .functional import AxialWeights, PassWeights
 
     if isinstance(weights, AxialWeights):
-        return tuple(explain(x, w, weights.num_heads, axis=a, device=device) for w, a in
-                     ((weights.row, "row"), (weights.col, "col")))
+        if bias is not None:
+            raise ValueError("bias is axial_pass's argument; with AxialWeights pass row_bias and col_bias")
+        return tuple(explain(x, w, weights.num_heads, axis=a, mask=mask, bias=b, residual=residual, device=device)
+                     for w, a, b in ((weights.row, "row", row_bias), (weights.col, "col", col_bias)))
+    if row_bias is not None or col_bias is not None:
+        raise ValueError("row_bias and col_bias are axial_attention's arguments; with PassWeights pass bias")
     if not isinstance(weights, PassWeights):
         raise TypeError(f"weights must be an axial_fused.AxialWeights or PassWeights, got {type(weights).__name__}")
     C.check_heads_given(num_heads, "explain")
@@ -123,9 +129,7 @@ def explain(x: torch.Tensor, weights, num_heads: int | None = None, *, axis: str
     C.check_bias(bias, x, num_heads, 0 if axis == "row" else 1, "bias")
     B, H, W, D = x.shape
     num_seq, length = (B * H, W) if axis == "row" else (B * W, H)
-    gated = weights.gate_weight is not None
-    features = dict(gated=gated, mask=mask is not None, bias=bias is not None,
-                    bias_from_ln=weights.bias_weight is not None)
-    extras = any(features.values()) or weights.qkv_bias is not None or not residual
-    return plan_pass(x.dtype, D, num_heads, num_seq, length, x.device if device is None else device, extras=extras,
-                     **features)
+    return plan_pass(x.dtype, D, num_heads, num_seq, length, x.device if device is None else device,
+                     gated=weights.gate_weight is not None, mask=mask is not None, bias=bias is not None,
+                     bias_from_ln=weights.bias_weight is not None,
+                     extras=weights.qkv_bias is not None or not residual)
